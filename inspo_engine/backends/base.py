@@ -1,0 +1,46 @@
+"""The PolicyBackend protocol: what the co-evolution loop needs from whatever trains the policy; no implementation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from ..types import Question, RolloutRequest, Trajectory
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one policy update reports: scalar metrics (KL, entropy, clip fraction, lr, …) and timings in seconds."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class PolicyBackend(Protocol):
+    """Rolls out, updates and scores a policy. A failed rollout scores 0 and carries its error; only whole-system
+    failures raise."""
+
+    name: str
+
+    def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
+        """G trajectories per request, one group per request, in request order, with rewards filled in."""
+        ...
+
+    def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
+        """One GRPO update on the groups `rollout` returned (advantages are normalised within each group)."""
+        ...
+
+    def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        """Reward of one greedy-or-sampled rollout (G = 1) per question with the current policy: verification
+        and evaluation."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the policy (and the backend's own rng and optimizer state) into `directory`."""
+        ...
+
+    def load(self, directory: Path) -> None:
+        """Restore what `save` wrote."""
+        ...

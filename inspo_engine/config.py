@@ -1,0 +1,602 @@
+"""Run configuration: typed sections, the paper's defaults, presets, validation and JSON round trip; no I/O beyond JSON."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args, get_origin
+
+SCHEMA_VERSION = 1
+
+SEED_INSTRUCTION = (
+    "Answer the question below. Think step by step inside <think> and </think> every time you receive new "
+    "information. If you are missing knowledge, search by writing <search> your query </search>; the search "
+    "engine returns the top passages between <information> and </information>. You may search as many times "
+    "as you need. When you are confident, give only the final short answer inside <answer> and </answer>, "
+    "for example <answer> Paris </answer>."
+)
+
+PAPER_BENCHMARKS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
+
+Mode = Literal["online", "static", "pre", "post"]
+Proposer = Literal["reflection", "paraphrase", "history"]
+WeightReset = Literal["all", "new"]
+
+
+@dataclass
+class GRPOConfig:
+    """Policy optimisation (GRPO) and the training schedule. Defaults: the paper's App. B."""
+
+    total_steps: int = 300
+    """T: training steps."""
+    group_size: int = 5
+    """G: rollouts per (instruction, question) pair; advantages are normalised within the group."""
+    batch_size: int = 512
+    """Questions per training step (each gets G rollouts)."""
+    mini_batch_size: int = 256
+    """Questions per optimizer update; batch_size / mini_batch_size updates per step."""
+    micro_batch_size: int = 64
+    """Questions per forward/backward pass; gradients accumulate up to the mini-batch."""
+    lr: float = 5e-7
+    """Learning rate (5e-7 for Qwen2.5-3B-base, 3e-7 for 7B-base)."""
+    warmup_ratio: float = 0.1
+    """Fraction of total_steps with linear warm-up before the cosine decay."""
+    kl_coef: float = 0.001
+    """β: weight of the low-variance (k3) KL penalty to the frozen reference policy."""
+    clip_ratio: float = 0.2
+    """ε: PPO-style clip on the token-level importance ratio."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm."""
+    sampling_temperature: float = 1.0
+    """Policy sampling temperature during rollouts."""
+    top_p: float = 1.0
+    """Nucleus sampling during rollouts."""
+    use_lora: bool = False
+    """Train LoRA adapters (peft) instead of all weights."""
+    lora_rank: int = 16
+    """LoRA rank when use_lora is on."""
+
+
+@dataclass
+class PopulationConfig:
+    """The instruction population: size, importance weights, sampling and pruning."""
+
+    population_size: int = 7
+    """N_P: the most instructions alive at once."""
+    n_parents: int = 1
+    """N_parent: instructions kept as parents at evolution; pruning never goes below it."""
+    temperature: float = 0.2
+    """τ_s: softmax temperature for sampling an instruction per question from its weight."""
+    weight_window: int = 5
+    """n: the weight is the mean of per-step mean rewards over the last n steps the instruction was used."""
+    prune: bool = True
+    """Successive halving on (off = the constant-population ablation)."""
+    prune_every: int = 5
+    """K_p: prune after every K_p-th step."""
+    seed_instruction: str = SEED_INSTRUCTION
+    """The Search-R1-style instruction every population starts from."""
+    initial_instructions: list[str] = field(default_factory=list)
+    """Extra instructions supplied by the user (origin 'manual'); the rest are optimizer paraphrases."""
+    paraphrase_init: bool = True
+    """Fill the initial population to population_size with optimizer paraphrases of the seed."""
+
+
+@dataclass
+class EvolutionConfig:
+    """Generate → verify evolution of the population by the optimizer LLM."""
+
+    enabled: bool = True
+    """Evolve at all (off with prune on = prune-only; the static mode turns both off)."""
+    proposer: Proposer = "reflection"
+    """Which proposer writes candidates: reflection (INSPO), paraphrase (APE-style), history (OPRO-style)."""
+    evolve_every: int = 15
+    """K_e: evolve after every K_e-th step."""
+    evolve_until: int = 150
+    """T_e: no evolution after this step (evolution happens at steps s ≤ T_e, i.e. 0-based t < T_e)."""
+    n_failures: int = 4
+    """Failure trajectories shown to the optimizer per parent."""
+    n_candidates: int = 6
+    """N: candidates asked of the optimizer per call."""
+    verify: bool = True
+    """Score candidates with the current policy before they join (off = prune-and-expand ablation)."""
+    verify_samples: int = 200
+    """|D_B|: questions drawn from the replay buffer to score each candidate (G = 1)."""
+    max_verify_rounds: int = 5
+    """At most this many generate → verify rounds per evolution."""
+    verify_min_ratio: float = 0.0
+    """A candidate joins only if its verification score ≥ ratio × its parent's (0 = rank only, as the paper)."""
+    reset_weights: WeightReset = "all"
+    """After evolution, reset the weights of all instructions (Algorithm 1) or only of the new ones."""
+    replay_capacity: int = 50_000
+    """Trajectories kept in the replay buffer (oldest dropped first)."""
+
+
+@dataclass
+class EnvConfig:
+    """The search-tool environment (Search-R1 protocol)."""
+
+    max_turns: int = 4
+    """Model turns per trajectory (4 for 3B, 6 for 7B in the paper)."""
+    top_k: int = 3
+    """Passages returned per search."""
+    max_turn_tokens: int = 500
+    """Truncation of each model turn."""
+    max_obs_tokens: int = 500
+    """Truncation of each observation."""
+    max_prompt_length: int = 4096
+    """Longest prompt (instruction + question + history) in tokens."""
+    dataset: str = "builtin"
+    """Training data: 'builtin' (offline QA from packaged facts) or a FlashRAG JSONL path."""
+    corpus: str = "builtin"
+    """Passage corpus: 'builtin' or a FlashRAG corpus JSONL path."""
+    retriever: Literal["dense", "bm25", "remote"] = "dense"
+    """Retriever kind."""
+    retriever_url: str | None = None
+    """URL of a Search-R1-compatible /retrieve server when retriever is 'remote'."""
+
+
+@dataclass
+class BackendConfig:
+    """Which policy backend trains the model, and on what."""
+
+    name: Literal["torch", "verl"] = "torch"
+    """torch: one process, CPU or one GPU; verl: a GPU cluster."""
+    model: str = "smollm2-135m-instruct"
+    """A local Hugging Face model directory, a hub id (deployment only) or 'smollm2-135m-instruct'."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the torch backend runs; auto picks CUDA when present."""
+    max_new_tokens: int = 500
+    """Generation budget per model turn."""
+
+
+@dataclass
+class OptimizerConfig:
+    """The optimizer LLM. The API key never lives in the config: the caller passes it."""
+
+    provider: Literal["gemini", "openai", "local"] = "gemini"
+    """gemini (google-genai), openai (any OpenAI-compatible endpoint), local (a weak local model)."""
+    model: str = "gemini-2.5-pro"
+    """Model name at the provider."""
+    base_url: str | None = None
+    """Endpoint override (required for openai)."""
+    timeout_s: float = 120.0
+    """Per-call timeout."""
+    max_retries: int = 5
+    """Retries on 429/5xx/timeouts, with exponential backoff."""
+    backoff_s: float = 2.0
+    """First backoff delay."""
+    temperature: float = 1.0
+    """Optimizer sampling temperature."""
+    max_output_tokens: int = 8192
+    """Longest optimizer answer."""
+    max_calls: int = 50
+    """Budget in calls; when spent, evolution stops with an event and training continues."""
+    max_tokens: int = 2_000_000
+    """Budget in tokens (input + output)."""
+    local_model_path: str | None = None
+    """Model directory for the local provider."""
+    local_max_new_tokens: int = 512
+    """Generation budget of the local provider."""
+
+
+@dataclass
+class EvalConfig:
+    """Periodic evaluation with the best instruction."""
+
+    eval_every: int = 100
+    """Evaluate after every n-th step and at the end (0 = only at the end)."""
+    benchmarks: list[str] = field(default_factory=lambda: ["builtin"])
+    """Benchmark names (FlashRAG names or 'builtin')."""
+    eval_samples: int = 0
+    """Questions per benchmark (0 = all)."""
+
+
+@dataclass
+class CheckpointConfig:
+    """When checkpoints are written."""
+
+    checkpoint_every: int = 100
+    """Save after every n-th step and at the end (0 = only at the end)."""
+    keep_last: int = 3
+    """Older checkpoints beyond this many are deleted (0 = keep all)."""
+
+
+@dataclass
+class RunConfig:
+    """A whole run. Build it from a preset, override fields, validate, hand it to the engine."""
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this structure; loading refuses newer ones."""
+    seed: int = 0
+    """Seeds every sampler: same seed and config replay the same instruction samples."""
+    mode: Mode = "online"
+    """online (INSPO), static (Search-R1 baseline), pre (optimise the instruction before RL), post (after RL)."""
+    log_trajectories: int = 4
+    """Trajectories per step kept in events for the trajectory viewer."""
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    population: PopulationConfig = field(default_factory=PopulationConfig)
+    evolution: EvolutionConfig = field(default_factory=EvolutionConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    # -- serialisation -------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Build and validate a config from a (possibly partial) dict; missing fields take their defaults."""
+        version = data.get("schema_version", SCHEMA_VERSION)
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ConfigError([FieldError("schema_version", f"unsupported version {version!r}")])
+        config, errors = _build(cls, data, "")
+        if errors:
+            raise ConfigError(errors)
+        assert isinstance(config, RunConfig)
+        config.validate()
+        return config
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError([FieldError("", f"not valid JSON: {error}")]) from error
+        if not isinstance(data, dict):
+            raise ConfigError([FieldError("", "a config must be a JSON object")])
+        return cls.from_dict(data)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> RunConfig:
+        """A validated copy with `path=value` overrides; a bare leaf name works when it is unique."""
+        data = self.to_dict()
+        errors: list[FieldError] = []
+        for key, value in overrides.items():
+            try:
+                path = resolve_key(key)
+            except ConfigError as error:
+                errors += error.errors
+                continue
+            *parents, leaf = path.split(".")
+            target = data
+            for part in parents:
+                target = target[part]
+            target[leaf] = value
+        if errors:
+            raise ConfigError(errors)
+        return RunConfig.from_dict(data)
+
+    # -- validation ----------------------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Raise ConfigError naming every bad field and its allowed range."""
+        errors = _check_bounds(self) + _check_relations(self)
+        if errors:
+            raise ConfigError(errors)
+
+    def evolution_steps(self, phase_steps: int | None = None) -> list[int]:
+        """The 1-based steps (of an evolving phase of `phase_steps`, default total_steps) after which evolution
+        runs: every evolve_every-th step up to evolve_until. The paper's numbers give 15, 30, …, 150: ten
+        evolutions, which with the initial paraphrases make its 'about 11 optimizer calls'."""
+        evo = self.evolution
+        if not evo.enabled or self.mode == "static":
+            return []
+        last = min(evo.evolve_until, self.grpo.total_steps if phase_steps is None else phase_steps)
+        return list(range(evo.evolve_every, last + 1, evo.evolve_every))
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field: its dotted path and what is wrong with it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class ConfigError(ValueError):
+    """A config failed validation; `errors` names each field."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(error) for error in errors))
+
+
+# -- building from dicts, with type checks ---------------------------------------------------------------------
+
+
+def _build(cls: type, data: Any, prefix: str) -> tuple[Any, list[FieldError]]:
+    if not isinstance(data, dict):
+        return None, [FieldError(prefix.rstrip("."), "must be an object")]
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    errors = [FieldError(prefix + key, "unknown field") for key in data if key not in known]
+    kwargs: dict[str, Any] = {}
+    for name in known:
+        if name not in data:
+            continue
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            kwargs[name], sub_errors = _build(hint, data[name], f"{prefix}{name}.")
+            errors += sub_errors
+            continue
+        value, error = _coerce(data[name], hint)
+        if error:
+            errors.append(FieldError(prefix + name, error))
+        else:
+            kwargs[name] = value
+    if errors:
+        return None, errors
+    return cls(**kwargs), []
+
+
+def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
+    """Check `value` against a field's type; ints are accepted for floats. Returns (value, error)."""
+    origin = get_origin(hint)
+    if origin is Literal:
+        allowed = get_args(hint)
+        return (value, None) if value in allowed else (None, f"must be one of {', '.join(map(repr, allowed))}")
+    if origin in (types.UnionType, typing.Union):
+        options = get_args(hint)
+        if value is None:
+            return (None, None) if type(None) in options else (None, "must not be null")
+        return _coerce(value, next(o for o in options if o is not type(None)))
+    if origin is list:
+        (item,) = get_args(hint)
+        if not isinstance(value, list):
+            return None, f"must be a list of {item.__name__}"
+        if not all(isinstance(v, item) for v in value):
+            return None, f"every item must be a {item.__name__}"
+        return list(value), None
+    if hint is bool:
+        return (value, None) if isinstance(value, bool) else (None, "must be true or false")
+    if hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return (value, None) if ok else (None, "must be an integer")
+    if hint is float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        return (float(value), None) if ok else (None, "must be a number")
+    if hint is str:
+        return (value, None) if isinstance(value, str) else (None, "must be a string")
+    raise TypeError(f"unsupported config type {hint!r}")
+
+
+# -- bounds and relations --------------------------------------------------------------------------------------
+
+# field path -> (low, high, low inclusive); None = unbounded on that side.
+_BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
+    "seed": (0, None, True),
+    "log_trajectories": (0, 1000, True),
+    "grpo.total_steps": (1, 1_000_000, True),
+    "grpo.group_size": (2, 64, True),
+    "grpo.batch_size": (1, None, True),
+    "grpo.mini_batch_size": (1, None, True),
+    "grpo.micro_batch_size": (1, None, True),
+    "grpo.lr": (0, 1, False),
+    "grpo.warmup_ratio": (0, 1, True),
+    "grpo.kl_coef": (0, 10, True),
+    "grpo.clip_ratio": (0, 1, False),
+    "grpo.max_grad_norm": (0, None, False),
+    "grpo.sampling_temperature": (0, 10, False),
+    "grpo.top_p": (0, 1, False),
+    "grpo.lora_rank": (1, 1024, True),
+    "population.population_size": (1, 64, True),
+    "population.n_parents": (1, 64, True),
+    "population.temperature": (0, 100, False),
+    "population.weight_window": (1, 1000, True),
+    "population.prune_every": (1, None, True),
+    "evolution.evolve_every": (1, None, True),
+    "evolution.evolve_until": (0, None, True),
+    "evolution.n_failures": (1, 64, True),
+    "evolution.n_candidates": (1, 32, True),
+    "evolution.verify_samples": (1, 100_000, True),
+    "evolution.max_verify_rounds": (1, 100, True),
+    "evolution.verify_min_ratio": (0, 10, True),
+    "evolution.replay_capacity": (1, None, True),
+    "env.max_turns": (1, 32, True),
+    "env.top_k": (1, 100, True),
+    "env.max_turn_tokens": (1, 32_768, True),
+    "env.max_obs_tokens": (1, 32_768, True),
+    "env.max_prompt_length": (16, 1_000_000, True),
+    "backend.max_new_tokens": (1, 32_768, True),
+    "optimizer.timeout_s": (0, 3600, False),
+    "optimizer.max_retries": (0, 100, True),
+    "optimizer.backoff_s": (0, 600, True),
+    "optimizer.temperature": (0, 2, True),
+    "optimizer.max_output_tokens": (1, 1_000_000, True),
+    "optimizer.max_calls": (0, None, True),
+    "optimizer.max_tokens": (0, None, True),
+    "optimizer.local_max_new_tokens": (1, 32_768, True),
+    "eval.eval_every": (0, None, True),
+    "eval.eval_samples": (0, None, True),
+    "checkpoint.checkpoint_every": (0, None, True),
+    "checkpoint.keep_last": (0, None, True),
+}
+
+
+def _get(config: RunConfig, path: str) -> Any:
+    value: Any = config
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _describe(low: float | None, high: float | None, inclusive: bool) -> str:
+    left = "—" if low is None else (f"≥ {low:g}" if inclusive else f"> {low:g}")
+    right = "" if high is None else f" and ≤ {high:g}"
+    return f"must be {left}{right}"
+
+
+def _check_bounds(config: RunConfig) -> list[FieldError]:
+    errors = []
+    for path, (low, high, inclusive) in _BOUNDS.items():
+        value = _get(config, path)
+        too_low = low is not None and (value < low if inclusive else value <= low)
+        too_high = high is not None and value > high
+        if too_low or too_high:
+            errors.append(FieldError(path, f"{_describe(low, high, inclusive)}, got {value!r}"))
+    return errors
+
+
+def _check_relations(config: RunConfig) -> list[FieldError]:
+    grpo, pop, evo = config.grpo, config.population, config.evolution
+    errors = []
+    if pop.n_parents > pop.population_size:
+        errors.append(FieldError("population.n_parents", f"must be ≤ population_size ({pop.population_size})"))
+    if evo.evolve_until > grpo.total_steps:
+        errors.append(FieldError("evolution.evolve_until", f"must be ≤ total_steps ({grpo.total_steps})"))
+    if grpo.mini_batch_size > grpo.batch_size:
+        errors.append(FieldError("grpo.mini_batch_size", f"must be ≤ batch_size ({grpo.batch_size})"))
+    if grpo.micro_batch_size > grpo.mini_batch_size:
+        errors.append(FieldError("grpo.micro_batch_size", f"must be ≤ mini_batch_size ({grpo.mini_batch_size})"))
+    if len(pop.initial_instructions) + 1 > pop.population_size:
+        errors.append(FieldError("population.initial_instructions", "seed + these exceed population_size"))
+    if not pop.seed_instruction.strip():
+        errors.append(FieldError("population.seed_instruction", "must not be empty"))
+    if config.env.retriever == "remote" and not config.env.retriever_url:
+        errors.append(FieldError("env.retriever_url", "is required when retriever is 'remote'"))
+    if config.optimizer.provider == "openai" and not config.optimizer.base_url:
+        errors.append(FieldError("optimizer.base_url", "is required when provider is 'openai'"))
+    if config.optimizer.provider == "local" and not config.optimizer.local_model_path:
+        errors.append(FieldError("optimizer.local_model_path", "is required when provider is 'local'"))
+    return errors
+
+
+# -- key paths and presets -----------------------------------------------------------------------------------
+
+
+def field_paths(cls: type = RunConfig, prefix: str = "") -> list[str]:
+    """Every leaf field of the config as a dotted path."""
+    paths = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            paths += field_paths(hints[f.name], f"{prefix}{f.name}.")
+        else:
+            paths.append(prefix + f.name)
+    return paths
+
+
+# The paper's names for INSPO's knobs: `--set temperature=…` means τ_s even though other sections have one too.
+INSPO_FIELDS = {
+    "population_size": "population.population_size",
+    "n_parents": "population.n_parents",
+    "temperature": "population.temperature",
+    "weight_window": "population.weight_window",
+    "prune_every": "population.prune_every",
+    "evolve_every": "evolution.evolve_every",
+    "evolve_until": "evolution.evolve_until",
+    "n_failures": "evolution.n_failures",
+    "verify_samples": "evolution.verify_samples",
+    "n_candidates": "evolution.n_candidates",
+    "max_verify_rounds": "evolution.max_verify_rounds",
+    "total_steps": "grpo.total_steps",
+    "group_size": "grpo.group_size",
+    "lr": "grpo.lr",
+    "kl_coef": "grpo.kl_coef",
+    "clip_ratio": "grpo.clip_ratio",
+    "max_turns": "env.max_turns",
+    "top_k": "env.top_k",
+}
+
+
+def resolve_key(key: str) -> str:
+    """A dotted path, one of the paper's INSPO names, or a bare leaf name that names exactly one field."""
+    paths = field_paths()
+    if key in paths:
+        return key
+    if key in INSPO_FIELDS:
+        return INSPO_FIELDS[key]
+    matches = [p for p in paths if p.rsplit(".", 1)[-1] == key]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise ConfigError([FieldError(key, f"ambiguous; use one of {', '.join(matches)}")])
+    raise ConfigError([FieldError(key, "unknown field")])
+
+
+def _paper() -> dict[str, Any]:
+    """App. B and Sec. 4: Qwen2.5-3B-base on the verl backend; every other number is the dataclass default."""
+    return {
+        "backend": {"name": "verl", "model": "Qwen/Qwen2.5-3B", "device": "cuda"},
+        "eval": {"benchmarks": list(PAPER_BENCHMARKS)},
+    }
+
+
+def _cpu_demo() -> dict[str, Any]:
+    return {
+        "grpo": {
+            "total_steps": 45,
+            "group_size": 4,
+            "batch_size": 8,
+            "mini_batch_size": 8,
+            "micro_batch_size": 4,
+            "lr": 1e-5,
+        },
+        "population": {"population_size": 4},
+        "evolution": {"evolve_every": 15, "evolve_until": 30, "n_candidates": 4, "verify_samples": 16},
+        "env": {"max_turns": 3, "max_turn_tokens": 96, "max_obs_tokens": 160, "max_prompt_length": 1024},
+        "backend": {"device": "cpu", "max_new_tokens": 96},
+        "optimizer": {"provider": "local", "local_model_path": "smollm2-135m-instruct", "local_max_new_tokens": 384},
+        "eval": {"eval_every": 0, "eval_samples": 64},
+        "checkpoint": {"checkpoint_every": 15},
+    }
+
+
+def _smoke() -> dict[str, Any]:
+    return {
+        "grpo": {
+            "total_steps": 4,
+            "group_size": 2,
+            "batch_size": 2,
+            "mini_batch_size": 2,
+            "micro_batch_size": 2,
+            "lr": 1e-5,
+        },
+        "population": {"population_size": 3, "prune_every": 2},
+        "evolution": {"evolve_every": 2, "evolve_until": 2, "n_candidates": 2, "n_failures": 2, "verify_samples": 2},
+        "env": {"max_turns": 2, "max_turn_tokens": 24, "max_obs_tokens": 64, "max_prompt_length": 512},
+        "backend": {"device": "cpu", "max_new_tokens": 24},
+        "optimizer": {"provider": "local", "local_model_path": "smollm2-135m-instruct", "local_max_new_tokens": 128},
+        "eval": {"eval_every": 0, "eval_samples": 4},
+        "checkpoint": {"checkpoint_every": 2, "keep_last": 2},
+        "log_trajectories": 2,
+    }
+
+
+PRESETS: dict[str, typing.Callable[[], dict[str, Any]]] = {
+    "paper": _paper,
+    "cpu-demo": _cpu_demo,
+    "smoke": _smoke,
+}
+
+
+def preset(name: str) -> RunConfig:
+    """The named preset as a validated config."""
+    if name not in PRESETS:
+        raise ConfigError([FieldError("preset", f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")])
+    return RunConfig.from_dict(copy.deepcopy(PRESETS[name]()))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` from the command line; the value is read as JSON when it parses, else kept as a string."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError([FieldError("", f"override {text!r} must look like key=value")])
+    try:
+        value: Any = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key.strip(), value

@@ -1,0 +1,326 @@
+"""The typed events the engine emits — its only contract with callers — and sinks that receive them; no I/O but JSONL."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, TextIO
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event: `kind` names it on the wire, `time` is the wall clock when it was made."""
+
+    kind: ClassVar[str] = "event"
+    time: float = field(default_factory=time.time, kw_only=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **dataclasses.asdict(self)}
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """What INSPO costs on top of GRPO: optimizer calls and tokens, verification vs training rollouts."""
+
+    optimizer_calls: int = 0
+    optimizer_tokens: int = 0
+    training_rollouts: int = 0
+    verification_rollouts: int = 0
+
+    @property
+    def verification_ratio(self) -> float:
+        """Verification rollouts as a fraction of training rollouts (the paper reports 1.4–7 %)."""
+        return self.verification_rollouts / self.training_rollouts if self.training_rollouts else 0.0
+
+
+@dataclass(frozen=True)
+class MemberStats:
+    """One instruction in a population snapshot."""
+
+    id: str
+    weight: float
+    probability: float
+    samples: int
+    mean_reward: float | None
+
+
+@dataclass(frozen=True)
+class InstructionInfo:
+    """An instruction as it was born: the lineage view draws these."""
+
+    id: str
+    text: str
+    origin: str
+    parent_id: str | None
+    birth_step: int
+
+
+@dataclass(frozen=True)
+class CandidateInfo:
+    """One candidate an optimizer call produced; `instruction_id` is set once it joins the population."""
+
+    text: str
+    valid: bool
+    reason: str | None = None
+    score: float | None = None
+    accepted: bool = False
+    instruction_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    kind: ClassVar[str] = "run_started"
+    config: dict[str, Any]
+    resumed_from_step: int = 0
+    backend: str = ""
+    optimizer_model: str | None = None
+
+
+@dataclass(frozen=True)
+class InstructionAdded(Event):
+    kind: ClassVar[str] = "instruction_added"
+    step: int
+    instruction: InstructionInfo
+    verify_score: float | None = None
+    round_id: str | None = None
+
+
+@dataclass(frozen=True)
+class StepCompleted(Event):
+    """One training (or optimisation-only) step with the metrics Fig. 2 of the paper plots, and more."""
+
+    kind: ClassVar[str] = "step_completed"
+    step: int
+    total_steps: int
+    phase: str
+    reward_mean: float
+    reward_std: float
+    tool_calls_mean: float
+    response_length_mean: float
+    instruction_length_mean: float
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    overhead: Overhead
+
+
+@dataclass(frozen=True)
+class TrajectoriesSampled(Event):
+    """A few rollouts of a step, for the trajectory viewer."""
+
+    kind: ClassVar[str] = "trajectories_sampled"
+    step: int
+    trajectories: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class PopulationChanged(Event):
+    """The population after a step or a change: weight, sampling probability, samples and reward per member."""
+
+    kind: ClassVar[str] = "population_changed"
+    step: int
+    reason: str
+    members: list[MemberStats]
+    best_id: str
+
+
+@dataclass(frozen=True)
+class InstructionProposed(Event):
+    """One optimizer call: the parent, what it was shown, its critique and candidates."""
+
+    kind: ClassVar[str] = "instruction_proposed"
+    step: int
+    round_id: str
+    round: int
+    proposer: str
+    parent_id: str | None
+    critique: str
+    failures: list[dict[str, Any]]
+    candidates: list[CandidateInfo]
+    optimizer_model: str
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class InstructionVerified(Event):
+    """A verification round's verdicts: each candidate's score on D_B and whether it joined."""
+
+    kind: ClassVar[str] = "instruction_verified"
+    step: int
+    round_id: str
+    parent_id: str | None
+    parent_score: float | None
+    n_questions: int
+    candidates: list[CandidateInfo]
+
+
+@dataclass(frozen=True)
+class InstructionPruned(Event):
+    kind: ClassVar[str] = "instruction_pruned"
+    step: int
+    instruction_id: str
+    weight: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class EvolutionCompleted(Event):
+    kind: ClassVar[str] = "evolution_completed"
+    step: int
+    parent_ids: list[str]
+    added_ids: list[str]
+    rounds: int
+    verification_rollouts: int
+
+
+@dataclass(frozen=True)
+class OptimizerFailed(Event):
+    """An optimizer call failed for good; evolution goes on with what it has, training continues."""
+
+    kind: ClassVar[str] = "optimizer_failed"
+    step: int
+    error: str
+
+
+@dataclass(frozen=True)
+class BudgetExhausted(Event):
+    kind: ClassVar[str] = "budget_exhausted"
+    step: int
+    calls: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class EvalCompleted(Event):
+    kind: ClassVar[str] = "eval_completed"
+    step: int
+    benchmark: str
+    metric: str
+    value: float
+    n: int
+    instruction_id: str
+    checkpoint: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    kind: ClassVar[str] = "checkpoint_saved"
+    step: int
+    path: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    step: int
+    status: str
+    best_instruction_id: str
+    best_instruction: str
+    overhead: Overhead
+
+
+@dataclass(frozen=True)
+class RunFailed(Event):
+    kind: ClassVar[str] = "run_failed"
+    step: int
+    error: str
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls
+    for cls in (
+        RunStarted,
+        InstructionAdded,
+        StepCompleted,
+        TrajectoriesSampled,
+        PopulationChanged,
+        InstructionProposed,
+        InstructionVerified,
+        InstructionPruned,
+        EvolutionCompleted,
+        OptimizerFailed,
+        BudgetExhausted,
+        EvalCompleted,
+        CheckpointSaved,
+        RunFinished,
+        RunFailed,
+    )
+}
+
+_NESTED: dict[str, Callable[[Any], Any]] = {
+    "overhead": lambda d: Overhead(**d),
+    "members": lambda items: [MemberStats(**d) for d in items],
+    "instruction": lambda d: InstructionInfo(**d),
+    "candidates": lambda items: [CandidateInfo(**d) for d in items],
+}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from `to_dict` output (e.g. one line of events.jsonl)."""
+    payload = dict(data)
+    cls = EVENT_TYPES[payload.pop("kind")]
+    for key, build in _NESTED.items():
+        if key in payload:
+            payload[key] = build(payload[key])
+    return cls(**payload)
+
+
+class EventSink(Protocol):
+    """Whatever receives events: a file, the web app's database writer, a test's list."""
+
+    def emit(self, event: Event) -> None: ...
+
+
+class ListSink:
+    """Keeps events in memory."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, cls: type[Event]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]
+
+
+class JsonlSink:
+    """Appends one JSON object per line and flushes, so a crash loses at most the event being written."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: TextIO = path.open("a", encoding="utf-8")
+
+    def emit(self, event: Event) -> None:
+        self._file.write(json.dumps(event.to_dict(), ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class FanoutSink:
+    """Sends each event to several sinks in order."""
+
+    def __init__(self, *sinks: EventSink) -> None:
+        self.sinks = sinks
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink.emit(event)
+
+
+def read_events(path: Path) -> list[Event]:
+    """Every event of an events.jsonl file, skipping a torn last line."""
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(event_from_dict(json.loads(line)))
+        except json.JSONDecodeError:
+            continue
+    return events

@@ -1,0 +1,277 @@
+"""Algorithm 1 end to end over a scripted policy and a Gemini-format optimizer server."""
+
+import json
+
+import pytest
+
+from inspo_engine.coevolution import CoEvolution, latest_checkpoint, phases_for
+from inspo_engine.config import RunConfig
+from inspo_engine.events import (
+    BudgetExhausted,
+    CheckpointSaved,
+    EvolutionCompleted,
+    InstructionAdded,
+    InstructionProposed,
+    InstructionPruned,
+    InstructionVerified,
+    JsonlSink,
+    ListSink,
+    OptimizerFailed,
+    PopulationChanged,
+    RunFinished,
+    StepCompleted,
+    read_events,
+)
+from inspo_engine.optimizers import GeminiClient
+
+from .fakes import SKILLS, ScriptedBackend, gemini_handler, questions, success_rate
+
+GENERATE = "/v1beta/models/gemini-2.5-pro:generateContent"
+
+SMALL = {
+    "seed": 3,
+    "grpo": {"total_steps": 45, "group_size": 4, "batch_size": 16, "mini_batch_size": 16, "micro_batch_size": 16},
+    "population": {"population_size": 4},
+    "evolution": {"evolve_every": 15, "evolve_until": 30, "verify_samples": 40, "n_candidates": 6},
+    "optimizer": {"max_retries": 0},
+}
+
+
+@pytest.fixture
+def gemini(httpserver):
+    httpserver.expect_request(GENERATE, method="POST").respond_with_handler(gemini_handler)
+    return GeminiClient(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+
+
+def make_loop(config, optimizer, sink=None, backend=None, **kwargs):
+    return CoEvolution(
+        config,
+        backend=backend or ScriptedBackend(seed=config.seed),
+        train_questions=questions(64),
+        optimizer=optimizer,
+        sink=sink if sink is not None else ListSink(),
+        **kwargs,
+    )
+
+
+def test_reflection_with_verification_beats_the_static_baseline_in_the_same_steps(gemini):
+    config = RunConfig.from_dict(SMALL)
+    inspo = make_loop(config, gemini).run()
+    static = make_loop(config.with_overrides({"mode": "static"}), None).run()
+
+    weight = inspo.best_instruction.weight(config.population.weight_window)
+    baseline = static.best_instruction.weight(config.population.weight_window)
+    assert static.best_instruction.origin == "seed"
+    assert inspo.best_instruction.origin == "reflection"
+    assert weight > baseline + 0.2
+    assert success_rate(inspo.best_instruction.text) > success_rate(static.best_instruction.text) + 0.2
+
+
+def test_verification_keeps_harmful_candidates_out(gemini):
+    config = RunConfig.from_dict(SMALL)
+    sink = ListSink()
+    make_loop(config, gemini, sink).run()
+    verdicts = [c for event in sink.of(InstructionVerified) for c in event.candidates]
+    harmful = [c for c in verdicts if "guess quickly" in c.text]
+    assert harmful and not any(c.accepted for c in harmful)
+    for event in sink.of(InstructionVerified):
+        kept = [c.score for c in event.candidates if c.accepted]
+        left = [c.score for c in event.candidates if not c.accepted]
+        assert not kept or not left or min(kept) >= max(left)
+
+
+def test_a_candidate_that_drops_a_required_tag_is_rejected_with_the_reason(gemini):
+    sink = ListSink()
+    make_loop(RunConfig.from_dict(SMALL), gemini, sink).run()
+    rejected = [c for event in sink.of(InstructionProposed) for c in event.candidates if not c.valid]
+    assert any("</search>" in (c.reason or "") for c in rejected)
+
+
+def test_the_schedule_prunes_every_k_p_and_evolves_every_k_e_until_t_e(gemini):
+    config = RunConfig.from_dict(SMALL)
+    sink = ListSink()
+    make_loop(config, gemini, sink).run()
+    assert [e.step for e in sink.of(EvolutionCompleted)] == [15, 30]
+    prune_steps = sorted({e.step for e in sink.of(InstructionPruned) if e.reason == "pruned"})
+    assert prune_steps and all(step % 5 == 0 for step in prune_steps)
+    sizes = [len(e.members) for e in sink.of(PopulationChanged)]
+    assert max(sizes) == 4 and min(sizes) >= config.population.n_parents
+    steps = sink.of(StepCompleted)
+    assert [s.step for s in steps] == list(range(1, 46))
+
+
+def test_the_critique_and_the_failures_shown_are_kept_with_each_child(gemini):
+    sink = ListSink()
+    make_loop(RunConfig.from_dict(SMALL), gemini, sink).run()
+    proposals = {e.round_id: e for e in sink.of(InstructionProposed) if e.proposer == "reflection"}
+    children = [e for e in sink.of(InstructionAdded) if e.instruction.origin == "reflection"]
+    assert children
+    for child in children:
+        proposal = proposals[child.round_id]
+        assert child.instruction.parent_id == proposal.parent_id
+        assert proposal.critique.startswith("The failures show")
+        assert len(proposal.failures) == 4
+        assert all(f["golden_answers"] for f in proposal.failures)
+        assert child.verify_score is not None
+
+
+def test_overhead_counts_verification_against_training_rollouts(gemini):
+    config = RunConfig.from_dict(SMALL)
+    sink = ListSink()
+    result = make_loop(config, gemini, sink).run()
+    finished = sink.of(RunFinished)[0]
+    assert result.status == "finished"
+    assert finished.overhead.training_rollouts == 45 * 16 * 4
+    verified = sum(len(e.candidates) for e in sink.of(InstructionVerified)) * 40
+    assert finished.overhead.verification_rollouts == verified
+    assert finished.overhead.optimizer_calls == len(sink.of(InstructionProposed))
+    assert finished.overhead.optimizer_tokens == 150 * finished.overhead.optimizer_calls
+
+
+def test_without_verification_candidates_join_unscored(gemini):
+    config = RunConfig.from_dict(SMALL).with_overrides({"evolution.verify": False})
+    sink = ListSink()
+    make_loop(config, gemini, sink).run()
+    assert sink.of(InstructionVerified) == []
+    children = [e for e in sink.of(InstructionAdded) if e.instruction.origin == "reflection"]
+    assert children and all(c.verify_score is None for c in children)
+
+
+def test_without_pruning_the_population_stays_full(gemini):
+    config = RunConfig.from_dict(SMALL).with_overrides({"population.prune": False, "evolution.enabled": False})
+    sink = ListSink()
+    make_loop(config, gemini, sink).run()
+    assert {len(e.members) for e in sink.of(PopulationChanged)} == {4}
+
+
+@pytest.mark.parametrize("proposer", ["paraphrase", "history"])
+def test_the_other_proposers_drive_evolution_too(gemini, proposer):
+    config = RunConfig.from_dict(SMALL).with_overrides({"evolution.proposer": proposer})
+    sink = ListSink()
+    make_loop(config, gemini, sink).run()
+    assert {e.proposer for e in sink.of(InstructionProposed)} == {"paraphrase", proposer}
+    assert any(e.instruction.origin == proposer for e in sink.of(InstructionAdded))
+
+
+@pytest.mark.parametrize(("mode", "phases"), [("pre", ["optimise", "train"]), ("post", ["train", "optimise"])])
+def test_instructions_can_be_optimised_before_or_after_rl_instead_of_online(gemini, mode, phases):
+    config = RunConfig.from_dict(SMALL).with_overrides({"mode": mode})
+    assert [p.name for p in phases_for(config)] == phases
+    sink = ListSink()
+    backend = ScriptedBackend(seed=3)
+    make_loop(config, gemini, sink, backend=backend).run()
+    steps = sink.of(StepCompleted)
+    assert [s.phase for s in steps] == [phases[0]] * (45 if phases[0] == "train" else 30) + [phases[1]] * (
+        30 if phases[0] == "train" else 45
+    )
+    assert backend.updates == 45
+    evolutions = [e.step for e in sink.of(EvolutionCompleted)]
+    assert evolutions == ([15, 30] if mode == "pre" else [60, 75])
+    if mode == "pre":
+        train_sizes = {len(e.members) for e in sink.of(PopulationChanged) if e.step > 30}
+        assert train_sizes == {1}
+
+
+def test_a_spent_budget_stops_evolution_with_an_event_and_training_goes_on(gemini):
+    config = RunConfig.from_dict(SMALL).with_overrides({"optimizer.max_calls": 2})
+    sink = ListSink()
+    result = make_loop(config, gemini, sink).run()
+    assert len(sink.of(InstructionProposed)) == 2
+    assert len(sink.of(BudgetExhausted)) == 1
+    assert result.status == "finished" and len(sink.of(StepCompleted)) == 45
+
+
+def test_a_failing_optimizer_is_reported_and_training_goes_on(httpserver):
+    body = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
+    httpserver.expect_request(GENERATE, method="POST").respond_with_json(body, status=500)
+    client = GeminiClient(api_key="k", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    sink = ListSink()
+    result = make_loop(RunConfig.from_dict(SMALL), client, sink).run()
+    assert sink.of(OptimizerFailed)
+    assert result.status == "finished"
+    assert result.best_instruction.origin == "seed"
+
+
+def test_an_evolving_config_without_an_optimizer_is_refused():
+    with pytest.raises(ValueError, match="optimizer"):
+        make_loop(RunConfig.from_dict(SMALL), None)
+
+
+RESUME = {
+    "seed": 5,
+    "grpo": {"total_steps": 6, "group_size": 3, "batch_size": 8, "mini_batch_size": 8, "micro_batch_size": 8},
+    "population": {"population_size": 4, "prune_every": 2},
+    "evolution": {"evolve_every": 3, "evolve_until": 6, "verify_samples": 10},
+    "checkpoint": {"checkpoint_every": 0, "keep_last": 0},
+}
+
+
+def test_six_steps_straight_equal_three_then_resume_then_three(gemini, tmp_path):
+    config = RunConfig.from_dict(RESUME)
+    straight_backend = ScriptedBackend(seed=5)
+    straight_loop = make_loop(config, gemini, backend=straight_backend, out_dir=tmp_path / "a")
+    straight = straight_loop.run()
+
+    first_backend = ScriptedBackend(seed=5)
+    stopper = make_loop(config, gemini, backend=first_backend, out_dir=tmp_path / "b", should_stop=lambda: True)
+    steps_done = []
+    stopper.should_stop = lambda: (steps_done.append(1) or len(steps_done) >= 3)
+    halted = stopper.run()
+    assert halted.status == "cancelled" and halted.step == 3
+
+    second_backend = ScriptedBackend(seed=999)
+    resumed = make_loop(config, gemini, backend=second_backend, out_dir=tmp_path / "b")
+    resumed.load_checkpoint(latest_checkpoint(tmp_path / "b"))
+    result = resumed.run()
+
+    assert first_backend.requests + second_backend.requests == straight_backend.requests
+    assert resumed.population.archive == straight_loop.population.archive
+    assert resumed.budget == straight_loop.budget
+    assert result.best_instruction == straight.best_instruction
+
+
+def test_events_go_to_a_jsonl_file_and_read_back_the_same(gemini, tmp_path):
+    config = RunConfig.from_dict(RESUME)
+    path = tmp_path / "events.jsonl"
+    sink = JsonlSink(path)
+    memory = ListSink()
+
+    class Both:
+        def emit(self, event):
+            sink.emit(event)
+            memory.emit(event)
+
+    make_loop(config, gemini, Both(), out_dir=tmp_path).run()
+    sink.close()
+    again = read_events(path)
+    assert again == memory.events
+    kinds = {json.loads(line)["kind"] for line in path.read_text().splitlines()}
+    assert {"run_started", "step_completed", "population_changed", "instruction_proposed", "instruction_verified",
+            "instruction_added", "instruction_pruned", "evolution_completed", "checkpoint_saved",
+            "run_finished", "trajectories_sampled"} <= kinds
+
+
+def test_checkpoints_hold_the_policy_and_the_loop_state_and_old_ones_are_dropped(gemini, tmp_path):
+    config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 1, "checkpoint.keep_last": 2})
+    sink = ListSink()
+    make_loop(config, gemini, sink, out_dir=tmp_path).run()
+    saved = sink.of(CheckpointSaved)
+    assert [e.step for e in saved] == [1, 2, 3, 4, 5, 6]
+    remaining = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert remaining == ["step-000005", "step-000006"]
+    state = json.loads((tmp_path / "checkpoints" / "step-000006" / "inspo_state.json").read_text())
+    assert state["schema_version"] == 1 and state["progress"]["step"] == 6
+    assert (tmp_path / "checkpoints" / "step-000006" / "policy" / "scripted.json").exists()
+
+
+def test_a_checkpoint_of_another_schema_version_is_refused(gemini, tmp_path):
+    loop = make_loop(RunConfig.from_dict(RESUME), gemini, out_dir=tmp_path)
+    state = loop.state()
+    state["schema_version"] = 99
+    with pytest.raises(ValueError, match="schema_version 99"):
+        loop.load_state(state)
+
+
+def test_skill_phrases_are_what_the_scripted_policy_rewards():
+    plain = success_rate("Answer.")
+    assert all(success_rate(f"Answer. Always {phrase}.") > plain for phrase in SKILLS)

@@ -1,0 +1,133 @@
+"""RunConfig: defaults from the paper, validation that names fields, JSON round trip, presets, overrides."""
+
+import json
+
+import pytest
+
+from inspo_engine.config import PRESETS, SCHEMA_VERSION, ConfigError, RunConfig, parse_override, preset
+
+
+def field_names(error: ConfigError) -> set[str]:
+    return {e.field for e in error.errors}
+
+
+def test_defaults_are_the_papers_numbers():
+    config = RunConfig()
+    assert config.population.population_size == 7
+    assert config.population.n_parents == 1
+    assert config.population.temperature == 0.2
+    assert config.population.weight_window == 5
+    assert config.population.prune_every == 5
+    assert config.evolution.evolve_every == 15
+    assert config.evolution.evolve_until == 150
+    assert config.evolution.n_candidates == 6
+    assert config.evolution.n_failures == 4
+    assert config.evolution.verify_samples == 200
+    assert config.evolution.max_verify_rounds == 5
+    assert config.grpo.total_steps == 300
+    assert config.grpo.group_size == 5
+    assert (config.grpo.batch_size, config.grpo.mini_batch_size, config.grpo.micro_batch_size) == (512, 256, 64)
+    assert config.grpo.lr == 5e-7
+    assert config.grpo.kl_coef == 0.001
+    assert config.grpo.clip_ratio == 0.2
+    assert config.grpo.warmup_ratio == 0.1
+    assert config.env.max_turns == 4
+    assert config.env.top_k == 3
+    assert config.env.max_turn_tokens == 500
+
+
+def test_the_paper_schedule_gives_ten_evolutions_from_step_15_to_150():
+    assert RunConfig().evolution_steps() == list(range(15, 151, 15))
+
+
+def test_the_static_mode_never_evolves():
+    assert preset("paper").with_overrides({"mode": "static"}).evolution_steps() == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [
+        ({"n_parents": 8}, "population.n_parents"),
+        ({"temperature": 0}, "population.temperature"),
+        ({"temperature": -1.0}, "population.temperature"),
+        ({"evolve_until": 301}, "evolution.evolve_until"),
+        ({"group_size": 1}, "grpo.group_size"),
+        ({"lr": 0}, "grpo.lr"),
+        ({"clip_ratio": 1.5}, "grpo.clip_ratio"),
+        ({"top_k": 0}, "env.top_k"),
+        ({"grpo.mini_batch_size": 1024}, "grpo.mini_batch_size"),
+        ({"mode": "sideways"}, "mode"),
+        ({"population_size": "seven"}, "population.population_size"),
+        ({"population.prune": "yes"}, "population.prune"),
+        ({"env.retriever": "remote"}, "env.retriever_url"),
+        ({"optimizer.provider": "openai"}, "optimizer.base_url"),
+    ],
+)
+def test_a_bad_value_is_refused_with_its_field_named(overrides, field):
+    with pytest.raises(ConfigError) as caught:
+        RunConfig().with_overrides(overrides)
+    assert field in field_names(caught.value)
+
+
+def test_the_message_states_the_allowed_range():
+    with pytest.raises(ConfigError, match=r"grpo.group_size: must be ≥ 2 and ≤ 64, got 1"):
+        RunConfig().with_overrides({"group_size": 1})
+
+
+def test_every_bad_field_is_reported_at_once():
+    with pytest.raises(ConfigError) as caught:
+        RunConfig.from_dict({"grpo": {"group_size": 1, "lr": -1.0}, "population": {"temperature": 0.0}})
+    assert field_names(caught.value) == {"grpo.group_size", "grpo.lr", "population.temperature"}
+
+
+def test_unknown_keys_are_refused_with_their_path():
+    with pytest.raises(ConfigError) as caught:
+        RunConfig.from_dict({"grpo": {"learning_rate": 1e-6}, "colour": "blue"})
+    assert field_names(caught.value) == {"grpo.learning_rate", "colour"}
+
+
+def test_an_ambiguous_bare_name_lists_the_paths_to_use():
+    with pytest.raises(ConfigError, match="backend.model, optimizer.model"):
+        RunConfig().with_overrides({"model": "x"})
+
+
+def test_a_newer_schema_version_is_refused():
+    with pytest.raises(ConfigError, match="schema_version"):
+        RunConfig.from_dict({"schema_version": SCHEMA_VERSION + 1})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_preset_round_trips_through_json(name):
+    config = preset(name)
+    again = RunConfig.from_json(config.to_json())
+    assert again == config
+    assert json.loads(again.to_json())["schema_version"] == SCHEMA_VERSION
+
+
+def test_the_smoke_preset_prunes_evolves_and_checkpoints_within_its_steps():
+    config = preset("smoke")
+    steps = config.grpo.total_steps
+    assert config.evolution_steps()
+    assert config.population.prune_every <= steps
+    assert 0 < config.checkpoint.checkpoint_every <= steps
+
+
+def test_an_unknown_preset_names_the_choices():
+    with pytest.raises(ConfigError, match="paper"):
+        preset("huge")
+
+
+def test_overrides_parse_json_values_and_keep_plain_strings():
+    assert parse_override("lr=1e-6") == ("lr", 1e-6)
+    assert parse_override("prune=false") == ("prune", False)
+    assert parse_override("backend.model=/models/qwen") == ("backend.model", "/models/qwen")
+    with pytest.raises(ConfigError):
+        parse_override("no-equals-sign")
+
+
+def test_the_paper_names_resolve_to_their_sections():
+    config = RunConfig().with_overrides({"temperature": 0.05, "n_parents": 2, "max_turns": 6})
+    assert config.population.temperature == 0.05
+    assert config.population.n_parents == 2
+    assert config.env.max_turns == 6
+    assert config.optimizer.temperature == 1.0
