@@ -1,0 +1,1 @@
+"""The search-tool environment: the Search-R1 protocol, rewards, retrievers and datasets; no policy model."""

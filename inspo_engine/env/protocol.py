@@ -1,0 +1,75 @@
+"""The Search-R1 text protocol: parsing a model turn into an action and rendering retrieved passages; no model."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+STOP_STRINGS = ("</search>", "</answer>")
+_ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.S)
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved passage."""
+
+    id: str
+    title: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Action:
+    """What a model turn asked for: a search, a final answer, or nothing usable."""
+
+    kind: Literal["search", "answer", "invalid"]
+    content: str
+
+
+class Retriever(Protocol):
+    """Top-k passages per query. Implementations: dense (faiss), sparse (BM25), remote (/retrieve)."""
+
+    def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
+
+
+def parse_action(turn: str) -> Action:
+    """The first complete <search>…</search> or <answer>…</answer> in a model turn.
+
+    >>> parse_action("<think>need facts</think><search> capital of Peru </search>")
+    Action(kind='search', content='capital of Peru')
+    >>> parse_action("<answer>Lima</answer>")
+    Action(kind='answer', content='Lima')
+    >>> parse_action("I think it is Lima.").kind
+    'invalid'
+    """
+    match = _ACTION.search(turn)
+    if match is None:
+        return Action("invalid", "")
+    return Action(match.group(1), match.group(2).strip())  # type: ignore[arg-type]
+
+
+def format_passages(passages: Sequence[Passage]) -> str:
+    """Passages as Search-R1 shows them: `Doc i(Title: …) text`, one per line.
+
+    >>> format_passages([Passage("1", "Peru", "Lima is the capital.")])
+    'Doc 1(Title: Peru) Lima is the capital.'
+    """
+    return "\n".join(f"Doc {i}(Title: {p.title}) {p.text}" for i, p in enumerate(passages, start=1))
+
+
+def observation(passages: Sequence[Passage]) -> str:
+    """The text appended after a search turn; its tokens are masked out of the policy loss.
+
+    >>> observation([Passage("1", "Peru", "Lima.")])
+    '\\n\\n<information>Doc 1(Title: Peru) Lima.</information>\\n\\n'
+    """
+    return f"\n\n<information>{format_passages(passages)}</information>\n\n"
+
+
+INVALID_ACTION_NOTE = (
+    "\n[That turn had no action. To search, write the query between <search> and </search>; to finish, "
+    "write the answer between <answer> and </answer>.]\n"
+)
+"""Appended (masked like an observation) when a turn has neither a search nor an answer."""
