@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,7 +11,9 @@ from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m inspo_engine", description="INSPO: instruction-policy co-evolution")
+    parser = argparse.ArgumentParser(
+        prog="python -m inspo_engine", description="INSPO: instruction-policy co-evolution"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     config = commands.add_parser("config", help="show, check or list run configurations")
     config_commands = config.add_subparsers(dest="config_command", required=True)

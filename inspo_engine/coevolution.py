@@ -295,7 +295,9 @@ class CoEvolution:
         dropped = self.population.prune(step)
         for instruction in dropped:
             self.sink.emit(
-                InstructionPruned(step=step, instruction_id=instruction.id, weight=weights[instruction.id], reason="pruned")
+                InstructionPruned(
+                    step=step, instruction_id=instruction.id, weight=weights[instruction.id], reason="pruned"
+                )
             )
         if dropped:
             self._emit_population(step, "pruned")
@@ -311,7 +313,9 @@ class CoEvolution:
         round_id: str | None = None,
     ) -> Instruction:
         instruction = self.population.add(text, origin=origin, step=step, parent_id=parent_id, verify_score=score)
-        self.sink.emit(InstructionAdded(step=step, instruction=instruction.info(), verify_score=score, round_id=round_id))
+        self.sink.emit(
+            InstructionAdded(step=step, instruction=instruction.info(), verify_score=score, round_id=round_id)
+        )
         return instruction
 
     def _initialise_population(self) -> None:
@@ -354,7 +358,9 @@ class CoEvolution:
                 round_id, texts = self._generate(step, parent, rounds)
                 taken = {text for _, text, _, _ in accepted}
                 fresh = [t for t in texts if t not in taken and not self.population.contains_text(t)]
-                for text, score in self._verify(step, round_id, parent, fresh, questions, parent_scores, slots - len(accepted)):
+                for text, score in self._verify(
+                    step, round_id, parent, fresh, questions, parent_scores, slots - len(accepted)
+                ):
                     accepted.append((parent, text, score, round_id))
             if not self._budget_left(step):
                 break
@@ -392,8 +398,14 @@ class CoEvolution:
     def _generate(self, step: int, parent: Instruction, round_no: int) -> tuple[str, list[str]]:
         self._round += 1
         round_id = f"r{step:05d}-{self._round:03d}"
-        texts = self._propose_round(step, parent, self.config.evolution.proposer, self.config.evolution.n_candidates,
-                                    round_id=round_id, round_no=round_no)
+        texts = self._propose_round(
+            step,
+            parent,
+            self.config.evolution.proposer,
+            self.config.evolution.n_candidates,
+            round_id=round_id,
+            round_no=round_no,
+        )
         return round_id, texts
 
     def _propose_round(
@@ -460,7 +472,9 @@ class CoEvolution:
         ranked = sorted(texts, key=lambda t: -scores[t])
         kept = [t for t in ranked if scores[t] >= bar][:slots]
         verdicts = [
-            CandidateInfo(text=t, valid=True, score=scores[t], accepted=t in kept, reason=self._verdict(t, kept, scores, bar))
+            CandidateInfo(
+                text=t, valid=True, score=scores[t], accepted=t in kept, reason=self._verdict(t, kept, scores, bar)
+            )
             for t in ranked
         ]
         self.sink.emit(
@@ -486,7 +500,9 @@ class CoEvolution:
     def _score(self, text: str, questions: list[Question]) -> float:
         rewards = self.backend.score(text, questions)
         overhead = self.progress.overhead
-        self.progress.overhead = replace(overhead, verification_rollouts=overhead.verification_rollouts + len(questions))
+        self.progress.overhead = replace(
+            overhead, verification_rollouts=overhead.verification_rollouts + len(questions)
+        )
         return statistics.fmean(rewards) if rewards else 0.0
 
     def _failures_for(self, parent: Instruction) -> list[FailureExample]:
@@ -521,7 +537,9 @@ class CoEvolution:
             rewards = self.backend.score(best.text, questions)
             value = statistics.fmean(rewards) if rewards else 0.0
             self.sink.emit(
-                EvalCompleted(step=step, benchmark=name, metric="em", value=value, n=len(rewards), instruction_id=best.id)
+                EvalCompleted(
+                    step=step, benchmark=name, metric="em", value=value, n=len(rewards), instruction_id=best.id
+                )
             )
 
     def _emit_step(
@@ -557,7 +575,9 @@ class CoEvolution:
 
     def _emit_population(self, step: int, reason: str) -> None:
         self.sink.emit(
-            PopulationChanged(step=step, reason=reason, members=self.population.snapshot(), best_id=self.population.best().id)
+            PopulationChanged(
+                step=step, reason=reason, members=self.population.snapshot(), best_id=self.population.best().id
+            )
         )
 
     # -- checkpoints ---------------------------------------------------------------------------------------
@@ -587,7 +607,9 @@ class CoEvolution:
     def load_state(self, state: Mapping[str, Any]) -> None:
         version = state.get("schema_version")
         if version != STATE_SCHEMA_VERSION:
-            raise ValueError(f"checkpoint state has schema_version {version!r}; this engine reads {STATE_SCHEMA_VERSION}")
+            raise ValueError(
+                f"checkpoint state has schema_version {version!r}; this engine reads {STATE_SCHEMA_VERSION}"
+            )
         data = dict(state["progress"])
         self._round = int(data.pop("round"))
         data["overhead"] = Overhead(**data["overhead"])

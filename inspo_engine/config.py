@@ -1,4 +1,4 @@
-"""Run configuration: typed sections, the paper's defaults, presets, validation and JSON round trip; no I/O beyond JSON."""
+"""Run configuration: typed sections, the paper's defaults, presets, validation, JSON round trip; no other I/O."""
 
 from __future__ import annotations
 
@@ -321,14 +321,14 @@ def _build(cls: type, data: Any, prefix: str) -> tuple[Any, list[FieldError]]:
     if not isinstance(data, dict):
         return None, [FieldError(prefix.rstrip("."), "must be an object")]
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = [f.name for f in dataclasses.fields(cls)]
     errors = [FieldError(prefix + key, "unknown field") for key in data if key not in known]
     kwargs: dict[str, Any] = {}
     for name in known:
         if name not in data:
             continue
         hint = hints[name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
             kwargs[name], sub_errors = _build(hint, data[name], f"{prefix}{name}.")
             errors += sub_errors
             continue

@@ -1,4 +1,4 @@
-"""The typed events the engine emits — its only contract with callers — and sinks that receive them; no I/O but JSONL."""
+"""The typed events the engine emits (its only contract with callers) and sinks for them; no I/O but JSONL."""
 
 from __future__ import annotations
 

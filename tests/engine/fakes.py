@@ -55,13 +55,21 @@ class ScriptedBackend:
         answer = question.golden_answers[0] if ok else "Unknown"
         why = "" if ok or not missing else f" The agent {self.rng.choice(missing)}."
         response = f"<think>Looking for {question.text}</think>{why} <answer> {answer} </answer>"
-        return Trajectory(instruction_id, question, response, 1.0 if ok else 0.0, answer, tool_calls=int(ok),
-                          response_tokens=len(response.split()))
+        return Trajectory(
+            instruction_id,
+            question,
+            response,
+            1.0 if ok else 0.0,
+            answer,
+            tool_calls=int(ok),
+            response_tokens=len(response.split()),
+        )
 
     def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
         self.requests.append([r.instruction_id for r in requests])
-        return [[self._trajectory(r.instruction_id, r.instruction, r.question) for _ in range(group_size)]
-                for r in requests]
+        return [
+            [self._trajectory(r.instruction_id, r.instruction, r.question) for _ in range(group_size)] for r in requests
+        ]
 
     def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
         self.updates += 1
@@ -106,8 +114,10 @@ def prompt_of(request: Request) -> str:
 def reflective_answer(prompt: str) -> str:
     """What a good optimizer does: read the failures, name the cause, and fix it — plus some bad ideas."""
     shown = re.findall(r"<ins_0>(.*?)</ins_0>", prompt, re.S)
-    base = max(shown, key=len).strip() if shown else (
-        "Answer with <think> </think> <search> </search> <information> </information> <answer> </answer>."
+    base = (
+        max(shown, key=len).strip()
+        if shown
+        else ("Answer with <think> </think> <search> </search> <information> </information> <answer> </answer>.")
     )
     fixes = [phrase for phrase, (_, why) in SKILLS.items() if why in prompt and phrase not in base.lower()]
     lines = [f"<analysis>The failures show the agent {', '.join(fixes) or 'was unlucky'}.</analysis>"]

@@ -215,7 +215,7 @@ def test_six_steps_straight_equal_three_then_resume_then_three(gemini, tmp_path)
     first_backend = ScriptedBackend(seed=5)
     stopper = make_loop(config, gemini, backend=first_backend, out_dir=tmp_path / "b", should_stop=lambda: True)
     steps_done = []
-    stopper.should_stop = lambda: (steps_done.append(1) or len(steps_done) >= 3)
+    stopper.should_stop = lambda: steps_done.append(1) or len(steps_done) >= 3
     halted = stopper.run()
     assert halted.status == "cancelled" and halted.step == 3
 
@@ -246,9 +246,19 @@ def test_events_go_to_a_jsonl_file_and_read_back_the_same(gemini, tmp_path):
     again = read_events(path)
     assert again == memory.events
     kinds = {json.loads(line)["kind"] for line in path.read_text().splitlines()}
-    assert {"run_started", "step_completed", "population_changed", "instruction_proposed", "instruction_verified",
-            "instruction_added", "instruction_pruned", "evolution_completed", "checkpoint_saved",
-            "run_finished", "trajectories_sampled"} <= kinds
+    assert {
+        "run_started",
+        "step_completed",
+        "population_changed",
+        "instruction_proposed",
+        "instruction_verified",
+        "instruction_added",
+        "instruction_pruned",
+        "evolution_completed",
+        "checkpoint_saved",
+        "run_finished",
+        "trajectories_sampled",
+    } <= kinds
 
 
 def test_checkpoints_hold_the_policy_and_the_loop_state_and_old_ones_are_dropped(gemini, tmp_path):

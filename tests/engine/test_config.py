@@ -87,7 +87,7 @@ def test_unknown_keys_are_refused_with_their_path():
 
 
 def test_an_ambiguous_bare_name_lists_the_paths_to_use():
-    with pytest.raises(ConfigError, match="backend.model, optimizer.model"):
+    with pytest.raises(ConfigError, match=r"backend\.model, optimizer\.model"):
         RunConfig().with_overrides({"model": "x"})
 
 

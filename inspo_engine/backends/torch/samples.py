@@ -1,0 +1,33 @@
+"""Token-level data passed from the rollout engine to the GRPO trainer; no behaviour."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class RolloutSample:
+    """One finished multi-turn rollout, as tokens.
+
+    `response_ids` is everything after the prompt: the model's own tokens and the observation tokens appended
+    between turns. `response_mask` is 1 for the model's tokens (trained) and 0 for observations (never trained).
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_text: str
+    answer: str | None
+    tool_calls: int
+    turns: int
+    error: str | None = None
+
+
+@dataclass
+class TrainSample:
+    """A rollout with its group-normalised advantage, ready for the policy loss."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    advantage: float

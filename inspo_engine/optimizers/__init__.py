@@ -1,0 +1,73 @@
+"""Optimizer LLM clients and ``build_optimizer``; they answer prompts and know nothing of instructions or evolution."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from inspo_engine.optimizers.base import (
+    Completion,
+    OptimizerBudget,
+    OptimizerClient,
+    OptimizerError,
+    call_with_retries,
+)
+from inspo_engine.optimizers.gemini import GeminiClient
+from inspo_engine.optimizers.local import LocalModelClient
+from inspo_engine.optimizers.openai_compat import OpenAICompatibleClient
+
+if TYPE_CHECKING:
+    from inspo_engine.config import OptimizerConfig
+
+__all__ = [
+    "Completion",
+    "GeminiClient",
+    "LocalModelClient",
+    "OpenAICompatibleClient",
+    "OptimizerBudget",
+    "OptimizerClient",
+    "OptimizerError",
+    "build_optimizer",
+    "call_with_retries",
+]
+
+
+def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None) -> OptimizerClient:
+    """The client ``config.provider`` names; ``api_key`` comes from the caller; the engine reads no env vars."""
+    if config.provider == "gemini":
+        if not api_key:
+            raise ValueError(
+                'The "gemini" optimizer needs an API key: pass GEMINI_API_KEY (api_key=...), or choose '
+                'provider "local" (a weak local model) or "openai" (an OpenAI-compatible endpoint).'
+            )
+        return GeminiClient(
+            api_key=api_key,
+            model=config.model,
+            base_url=config.base_url,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+            temperature=config.temperature,
+            max_output_tokens=config.max_output_tokens,
+        )
+    if config.provider == "openai":
+        if not config.base_url:
+            raise ValueError('The "openai" optimizer needs base_url, e.g. "http://localhost:8000/v1".')
+        return OpenAICompatibleClient(
+            base_url=config.base_url,
+            model=config.model,
+            api_key=api_key,
+            timeout_s=config.timeout_s,
+            max_retries=config.max_retries,
+            backoff_s=config.backoff_s,
+            temperature=config.temperature,
+            max_output_tokens=config.max_output_tokens,
+        )
+    if config.provider == "local":
+        if not config.local_model_path:
+            raise ValueError('The "local" optimizer needs local_model_path: a directory holding a small causal LM.')
+        return LocalModelClient(
+            model_path=config.local_model_path,
+            max_new_tokens=config.local_max_new_tokens,
+            temperature=config.temperature,
+        )
+    raise ValueError(f'Unknown optimizer provider {config.provider!r}; choose "gemini", "openai" or "local".')

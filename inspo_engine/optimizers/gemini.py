@@ -1,0 +1,160 @@
+"""The Gemini optimizer client on the google-genai SDK; it knows the Gemini API, not budgets or prompts."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from google import genai
+from google.genai import errors, types
+
+from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
+
+GEMINI_API_VERSION = "v1beta"
+"""Pinned so the request path never depends on the SDK's default (v1 since google-genai 3) or on
+GOOGLE_GENAI_API_VERSION; v1beta also serves the ``*-latest`` model aliases."""
+
+_RETRY_INFO_TYPE = "type.googleapis.com/google.rpc.RetryInfo"
+
+
+def _transport_errors() -> tuple[type[Exception], ...]:
+    """Timeouts and network failures of httpx and of httpx2 (the SDK's default transport since version 3)."""
+    found: list[type[Exception]] = [httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError]
+    try:
+        import httpx2
+    except ImportError:  # pragma: no cover - httpx2 ships with google-genai>=3
+        return tuple(found)
+    found += [httpx2.TimeoutException, httpx2.NetworkError, httpx2.RemoteProtocolError]
+    return tuple(found)
+
+
+_TRANSPORT_ERRORS = _transport_errors()
+
+
+class GeminiClient:
+    """Calls ``models.generate_content`` and retries 429, 5xx, timeouts and connection errors itself.
+
+    The SDK's own retries are switched off (one attempt per SDK call), so each HTTP request is one of ours.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str = "gemini-2.5-pro",
+        base_url: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 5,
+        backoff_s: float = 2.0,
+        temperature: float = 1.0,
+        max_output_tokens: int = 8192,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not api_key:
+            raise ValueError("GeminiClient needs a non-empty api_key")
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self._sleep = sleep
+        http_options = types.HttpOptions(
+            base_url=base_url,
+            api_version=GEMINI_API_VERSION,
+            timeout=max(1, round(timeout_s * 1000)),
+            retry_options=types.HttpRetryOptions(attempts=1),
+        )
+        self._client = genai.Client(api_key=api_key, vertexai=False, http_options=http_options)
+
+    def complete(self, prompt: str, *, system: str | None = None) -> Completion:
+        config = types.GenerateContentConfig(
+            system_instruction=system,
+            temperature=self.temperature,
+            max_output_tokens=self.max_output_tokens,
+        )
+
+        def once() -> Completion:
+            response = self._client.models.generate_content(model=self.model, contents=prompt, config=config)
+            return self._to_completion(response)
+
+        return call_with_retries(
+            once,
+            is_retryable=_is_retryable,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            sleep=self._sleep,
+            retry_after=_retry_after,
+            label=f"Gemini call to {self.model}",
+        )
+
+    def close(self) -> None:
+        """Release the SDK's HTTP connections."""
+        self._client.close()
+
+    def _to_completion(self, response: types.GenerateContentResponse) -> Completion:
+        text = _answer_text(response)
+        usage = response.usage_metadata
+        input_tokens = (usage.prompt_token_count or 0) if usage else 0
+        output_tokens = ((usage.candidates_token_count or 0) + (usage.thoughts_token_count or 0)) if usage else 0
+        return Completion(
+            text=text,
+            model=response.model_version or self.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
+
+
+def _answer_text(response: types.GenerateContentResponse) -> str:
+    """The visible text of the first candidate; OptimizerError when there is none, naming why."""
+    if not response.candidates:
+        feedback = response.prompt_feedback
+        reason = _enum_name(feedback.block_reason) if feedback is not None else None
+        detail = f"prompt blocked: {reason}" if reason else "no block reason given"
+        raise OptimizerError(f"Gemini returned no candidates ({detail})")
+    candidate = response.candidates[0]
+    parts = candidate.content.parts if candidate.content is not None else None
+    texts = [part.text for part in parts or [] if part.text and not part.thought]
+    text = "".join(texts)
+    if not text.strip():
+        reason = _enum_name(candidate.finish_reason) or "none given"
+        raise OptimizerError(f"Gemini returned an empty answer (finish reason: {reason})")
+    return text
+
+
+def _enum_name(value: Any) -> str | None:
+    if value is None:
+        return None
+    return str(getattr(value, "value", value))
+
+
+def _is_retryable(exc: Exception) -> bool:
+    if isinstance(exc, errors.APIError):
+        return exc.code == 429 or 500 <= exc.code <= 599
+    return isinstance(exc, _TRANSPORT_ERRORS)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    """The wait the server asked for: a Retry-After header, else a google.rpc.RetryInfo ``retryDelay`` ("13s")."""
+    if not isinstance(exc, errors.APIError):
+        return None
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is not None:
+        from_header = parse_retry_after(headers.get("retry-after"))
+        if from_header is not None:
+            return from_header
+    return _retry_info_delay(exc.details)
+
+
+def _retry_info_delay(details: Any) -> float | None:
+    error = details.get("error") if isinstance(details, dict) else None
+    entries = error.get("details") if isinstance(error, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("@type") == _RETRY_INFO_TYPE:
+            match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)s\s*", str(entry.get("retryDelay", "")))
+            if match:
+                return float(match.group(1))
+    return None

@@ -1,0 +1,132 @@
+"""An optimizer client for any OpenAI-compatible ``/chat/completions`` endpoint over httpx; no SDK, no budgets."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
+
+_TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
+
+
+class _StatusError(Exception):
+    """A non-2xx answer; keeps the response for the retry decision and quotes the body for the error message."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(f"HTTP {response.status_code}: {response.text[:300]}")
+        self.response = response
+
+
+class OpenAICompatibleClient:
+    """POSTs chat completions (vLLM, SGLang, llama.cpp, OpenAI...); retries 429, 5xx, timeouts and connection errors."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 5,
+        backoff_s: float = 2.0,
+        temperature: float = 1.0,
+        max_output_tokens: int = 8192,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not base_url:
+            raise ValueError("OpenAICompatibleClient needs a base_url such as http://host:8000/v1")
+        self.model = model
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.temperature = temperature
+        self.max_output_tokens = max_output_tokens
+        self._sleep = sleep
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def complete(self, prompt: str, *, system: str | None = None) -> Completion:
+        messages: list[dict[str, str]] = []
+        if system is not None:
+            messages.append({"role": "system", "content": system})
+        messages.append({"role": "user", "content": prompt})
+        body = {
+            "model": self.model,
+            "messages": messages,
+            "temperature": self.temperature,
+            "max_tokens": self.max_output_tokens,
+        }
+
+        def once() -> Completion:
+            response = self._http.post(self.url, json=body)
+            if not response.is_success:
+                raise _StatusError(response)
+            return self._to_completion(response)
+
+        return call_with_retries(
+            once,
+            is_retryable=_is_retryable,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            sleep=self._sleep,
+            retry_after=_retry_after,
+            label=f"chat completion from {self.model} at {self.url}",
+        )
+
+    def close(self) -> None:
+        """Release the HTTP connections."""
+        self._http.close()
+
+    def _to_completion(self, response: httpx.Response) -> Completion:
+        try:
+            payload = response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise OptimizerError(
+                f"the endpoint answered with something that is not JSON: {response.text[:200]!r}"
+            ) from exc
+        text = _answer_text(payload)
+        usage = payload.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        return Completion(
+            text=text,
+            model=str(payload.get("model") or self.model),
+            input_tokens=_token_count(usage, "prompt_tokens"),
+            output_tokens=_token_count(usage, "completion_tokens"),
+        )
+
+
+def _answer_text(payload: Any) -> str:
+    """choices[0].message.content; OptimizerError when it is missing or blank, naming the finish reason."""
+    choices = payload.get("choices") if isinstance(payload, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise OptimizerError(f"the endpoint answered without choices: {json.dumps(payload)[:200]}")
+    choice = choices[0]
+    message = choice.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    if not isinstance(content, str) or not content.strip():
+        reason = choice.get("finish_reason") or "none given"
+        raise OptimizerError(f"the endpoint returned an empty answer (finish reason: {reason})")
+    return content
+
+
+def _token_count(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and value >= 0 else 0
+
+
+def _is_retryable(exc: Exception) -> bool:
+    if isinstance(exc, _StatusError):
+        status = exc.response.status_code
+        return status == 429 or 500 <= status <= 599
+    return isinstance(exc, _TRANSPORT_ERRORS)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    if isinstance(exc, _StatusError):
+        return parse_retry_after(exc.response.headers.get("retry-after"))
+    return None
