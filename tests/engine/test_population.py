@@ -1,5 +1,6 @@
 """Population arithmetic: moving-average weights, softmax sampling, successive halving, lineage, state."""
 
+import itertools
 import math
 import random
 from collections import Counter
@@ -27,7 +28,7 @@ def test_softmax_is_a_distribution_ordered_like_the_weights(weights, temperature
     assert math.isclose(sum(probs), 1.0, rel_tol=1e-9)
     assert all(0.0 <= p <= 1.0 for p in probs)
     pairs = list(zip(weights, probs, strict=True))
-    for (w1, p1), (w2, p2) in zip(pairs, pairs[1:], strict=False):
+    for (w1, p1), (w2, p2) in itertools.pairwise(pairs):
         if w1 > w2:
             assert p1 >= p2
 

