@@ -1,13 +1,42 @@
-"""The command line: `python -m inspo_engine config show …`; it parses arguments and prints, nothing more."""
+"""The command line (`python -m inspo_engine …`): parses arguments, builds runs and prints; the engine does the work.
+
+This is the one place of the engine that reads environment variables (GEMINI_API_KEY, OPENAI_API_KEY,
+INSPO_CACHE_DIR), and it hands their values to the engine explicitly.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import signal
+import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
+from .events import (
+    BudgetExhausted,
+    CheckpointSaved,
+    EvalCompleted,
+    Event,
+    EvolutionCompleted,
+    FanoutSink,
+    InstructionPruned,
+    JsonlSink,
+    OptimizerFailed,
+    PopulationChanged,
+    StepCompleted,
+)
+
+DEFAULT_CACHE = Path("cache")
+
+
+class UsageError(Exception):
+    """A problem the user can fix: printed without a traceback, exit status 2."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,17 +44,37 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m inspo_engine", description="INSPO: instruction-policy co-evolution"
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    config = commands.add_parser("config", help="show, check or list run configurations")
+    config = commands.add_parser("config", help="show run configurations")
     config_commands = config.add_subparsers(dest="config_command", required=True)
-    show = config_commands.add_parser("show", help="print the full config as JSON")
-    add_config_source(show)
+    add_config_source(config_commands.add_parser("show", help="print the full config as JSON"))
     config_commands.add_parser("fields", help="list every field path")
+
+    train = commands.add_parser("train", help="train a policy while its instructions co-evolve")
+    add_config_source(train)
+    train.add_argument("--out", type=Path, required=True, help="run directory: events, checkpoints, best instruction")
+    train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
+    add_cache(train)
+
+    evaluate = commands.add_parser("eval", help="evaluate a checkpoint: EM and F1 per benchmark")
+    evaluate.add_argument("--checkpoint", type=Path, required=True, help="a checkpoints/step-NNNNNN directory")
+    evaluate.add_argument("--dataset", action="append", required=True, help="'builtin' or a FlashRAG JSONL/dir")
+    evaluate.add_argument("--split", default="test")
+    evaluate.add_argument("--limit", type=int, default=None, help="questions per benchmark")
+    evaluate.add_argument("--instruction", type=Path, help="instruction file (default: the checkpoint's best)")
+    add_cache(evaluate)
+
+    serve = commands.add_parser("serve-retriever", help="serve Search-R1's POST /retrieve over a local index")
+    serve.add_argument("--corpus", default="builtin", help="'builtin' or a FlashRAG corpus JSONL")
+    serve.add_argument("--retriever", choices=["dense", "bm25"], default="dense")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    add_cache(serve)
     return parser
 
 
 def add_config_source(parser: argparse.ArgumentParser) -> None:
     """--preset / --config FILE / --set key=value: how every command that needs a config gets one."""
-    parser.add_argument("--preset", default="paper", choices=sorted(PRESETS), help="start from this preset")
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="start from this preset (paper)")
     parser.add_argument("--config", type=Path, help="start from this JSON file instead of a preset")
     parser.add_argument(
         "--set",
@@ -33,32 +82,202 @@ def add_config_source(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override a field: a dotted path (grpo.lr=1e-6) or a unique name (lr=1e-6); values parse as JSON",
+        help="override a field: a dotted path (grpo.lr=1e-6) or a paper name (lr=1e-6); values parse as JSON",
     )
 
 
-def load_config(args: argparse.Namespace) -> RunConfig:
-    base = RunConfig.from_json(args.config.read_text(encoding="utf-8")) if args.config else preset(args.preset)
+def add_cache(parser: argparse.ArgumentParser) -> None:
+    default = Path(os.environ.get("INSPO_CACHE_DIR", DEFAULT_CACHE))
+    parser.add_argument("--cache-dir", type=Path, default=default, help="models and indexes (env INSPO_CACHE_DIR)")
+
+
+def load_config(args: argparse.Namespace, fallback: RunConfig | None = None) -> RunConfig:
+    if args.config:
+        base = RunConfig.from_json(args.config.read_text(encoding="utf-8"))
+    elif args.preset or fallback is None:
+        base = preset(args.preset or "paper")
+    else:
+        base = fallback
     overrides = dict(parse_override(text) for text in args.overrides)
     return base.with_overrides(overrides) if overrides else base
 
 
+# -- train ---------------------------------------------------------------------------------------------------
+
+
+class ProgressSink:
+    """A progress bar on stderr: step, reward, population size, the last evolution event, ETA."""
+
+    def __init__(self, total: int, initial: int) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr)
+        self.population = 0
+        self.note = ""
+
+    def emit(self, event: Event) -> None:
+        if isinstance(event, PopulationChanged):
+            self.population = len(event.members)
+        elif isinstance(event, EvolutionCompleted):
+            self.note = f"step {event.step}: +{len(event.added_ids)} verified"
+        elif isinstance(event, InstructionPruned):
+            self.note = f"step {event.step}: pruned {event.instruction_id}"
+        elif isinstance(event, BudgetExhausted | OptimizerFailed):
+            self.note = f"step {event.step}: {event.kind.replace('_', ' ')}"
+        elif isinstance(event, CheckpointSaved):
+            self.bar.write(f"checkpoint: {event.path}")
+        elif isinstance(event, EvalCompleted):
+            self.bar.write(f"eval step {event.step} {event.benchmark}: {event.metric}={event.value:.3f} (n={event.n})")
+        elif isinstance(event, StepCompleted):
+            self.bar.set_postfix_str(f"reward={event.reward_mean:.3f} |P|={self.population} {self.note}".strip())
+            self.bar.update(1)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def stop_on_interrupt() -> Callable[[], bool]:
+    """First Ctrl-C: finish the step, save a checkpoint, exit. Second: stop at once."""
+    requested = {"stop": False}
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        if requested["stop"]:
+            raise KeyboardInterrupt
+        requested["stop"] = True
+        print("\ninterrupted: finishing this step and saving a checkpoint (Ctrl-C again to abort)", file=sys.stderr)
+
+    signal.signal(signal.SIGINT, handler)
+    return lambda: requested["stop"]
+
+
+def command_train(args: argparse.Namespace) -> int:
+    from .build import build_run
+    from .coevolution import latest_checkpoint
+
+    out: Path = args.out
+    saved = out / "config.json"
+    checkpoint = latest_checkpoint(out) if args.resume else None
+    if args.resume and checkpoint is None:
+        raise UsageError(f"--resume: no checkpoint under {out / 'checkpoints'}")
+    fallback = RunConfig.from_json(saved.read_text(encoding="utf-8")) if args.resume and saved.exists() else None
+    config = load_config(args, fallback)
+    out.mkdir(parents=True, exist_ok=True)
+    saved.write_text(config.to_json(), encoding="utf-8")
+    events = JsonlSink(out / "events.jsonl")
+    loop = build_run(
+        config,
+        out_dir=out,
+        cache_dir=args.cache_dir,
+        sink=events,
+        api_key=api_key_for(config),
+        should_stop=stop_on_interrupt(),
+    )
+    if checkpoint is not None:
+        loop.load_checkpoint(checkpoint)
+    progress = ProgressSink(loop.total_steps, loop.progress.step)
+    loop.sink = FanoutSink(events, progress)
+    try:
+        result = loop.run()
+    finally:
+        progress.close()
+        events.close()
+    (out / "best_instruction.txt").write_text(result.best_instruction.text + "\n", encoding="utf-8")
+    print(f"{result.status} at step {result.step}. Results in {out}/:")
+    print(f"  events.jsonl, best_instruction.txt ({result.best_instruction.id}), checkpoint {result.checkpoint}")
+    return 0 if result.status == "finished" else 130
+
+
+def api_key_for(config: RunConfig) -> str | None:
+    provider = config.optimizer.provider
+    if provider == "gemini":
+        return os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
+    if provider == "openai":
+        return os.environ.get("OPENAI_API_KEY")
+    return None
+
+
+# -- eval ----------------------------------------------------------------------------------------------------
+
+
+def command_eval(args: argparse.Namespace) -> int:
+    from .backends.torch.backend import TorchBackend, answer_f1
+    from .build import make_retriever
+    from .coevolution import POLICY_DIR, STATE_FILE
+    from .env.datasets import load_corpus, load_questions
+    from .population import Population
+
+    state_file = args.checkpoint / STATE_FILE
+    if not state_file.exists():
+        raise UsageError(f"{args.checkpoint} is not a checkpoint (no {STATE_FILE})")
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    config = RunConfig.from_dict(state["config"])
+    if args.instruction:
+        instruction = args.instruction.read_text(encoding="utf-8").strip()
+    else:
+        population = Population(
+            max_size=64,
+            n_parents=1,
+            temperature=config.population.temperature,
+            weight_window=config.population.weight_window,
+        )
+        population.load_state(state["population"])
+        instruction = population.best().text
+    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
+    retriever = make_retriever(config, corpus, args.cache_dir)
+    backend = TorchBackend(
+        config, retriever=retriever, cache_dir=args.cache_dir / "models", model_path=args.checkpoint / POLICY_DIR
+    )
+    rows = []
+    for name in args.dataset:
+        trajectories = backend.answer(instruction, load_questions(name, args.split, limit=args.limit))
+        em = statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0
+        f1 = statistics.fmean(answer_f1(t) for t in trajectories) if trajectories else 0.0
+        rows.append({"benchmark": name, "n": len(trajectories), "em": em, "f1": f1})
+    print("| benchmark | n | EM | F1 |\n|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['benchmark']} | {row['n']} | {row['em']:.3f} | {row['f1']:.3f} |")
+    return 0
+
+
+# -- serve-retriever ---------------------------------------------------------------------------------------------
+
+
+def command_serve(args: argparse.Namespace) -> int:
+    from .env.datasets import load_corpus
+    from .env.retrievers import build_retriever
+    from .env.server import serve_forever
+
+    retriever = build_retriever(args.retriever, load_corpus(args.corpus), cache_dir=args.cache_dir / "retrievers")
+    serve_forever(retriever, args.host, args.port)
+    return 0
+
+
+# -- main ----------------------------------------------------------------------------------------------------
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "train": command_train,
+        "eval": command_eval,
+        "serve-retriever": command_serve,
+    }
     try:
-        if args.command == "config" and args.config_command == "show":
-            print(load_config(args).to_json())
-        elif args.command == "config" and args.config_command == "fields":
-            print("\n".join(field_paths()))
+        if args.command == "config":
+            print(load_config(args).to_json() if args.config_command == "show" else "\n".join(field_paths()))
+            return 0
+        return commands[args.command](args)
     except ConfigError as error:
-        print("invalid config:", file=sys.stderr)
-        for item in error.errors:
-            print(f"  {item}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+        return fail("invalid config:", [str(item) for item in error.errors])
+    except (UsageError, OSError, ValueError) as error:
+        return fail(f"error: {error}", [])
+
+
+def fail(headline: str, lines: list[Any]) -> int:
+    print(headline, file=sys.stderr)
+    for line in lines:
+        print(f"  {line}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

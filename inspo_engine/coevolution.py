@@ -121,7 +121,7 @@ class CoEvolution:
         config.validate()
         if not train_questions:
             raise ValueError("no training questions")
-        if optimizer is None and _needs_optimizer(config):
+        if optimizer is None and needs_optimizer(config):
             raise ValueError("this config evolves instructions but no optimizer client was given")
         self.config = config
         self.backend = backend
@@ -656,7 +656,7 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _needs_optimizer(config: RunConfig) -> bool:
+def needs_optimizer(config: RunConfig) -> bool:
     if config.mode == "static":
         return False
     return config.evolution.enabled or (config.population.paraphrase_init and config.population.population_size > 1)

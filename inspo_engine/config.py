@@ -157,8 +157,9 @@ class BackendConfig:
 class OptimizerConfig:
     """The optimizer LLM. The API key never lives in the config: the caller passes it."""
 
-    provider: Literal["gemini", "openai", "local"] = "gemini"
-    """gemini (google-genai), openai (any OpenAI-compatible endpoint), local (a weak local model)."""
+    provider: Literal["gemini", "openai", "local", "rules"] = "gemini"
+    """gemini (google-genai), openai (any OpenAI-compatible endpoint), local (a weak local LLM), rules (offline
+    heuristic edits driven by the failures shown; not an LLM)."""
     model: str = "gemini-2.5-pro"
     """Model name at the provider."""
     base_url: str | None = None
@@ -549,7 +550,7 @@ def _cpu_demo() -> dict[str, Any]:
         "evolution": {"evolve_every": 15, "evolve_until": 30, "n_candidates": 4, "verify_samples": 16},
         "env": {"max_turns": 3, "max_turn_tokens": 96, "max_obs_tokens": 160, "max_prompt_length": 1024},
         "backend": {"device": "cpu", "max_new_tokens": 96},
-        "optimizer": {"provider": "local", "local_model_path": "smollm2-135m-instruct", "local_max_new_tokens": 384},
+        "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 64},
         "checkpoint": {"checkpoint_every": 15},
     }
@@ -569,7 +570,7 @@ def _smoke() -> dict[str, Any]:
         "evolution": {"evolve_every": 2, "evolve_until": 2, "n_candidates": 2, "n_failures": 2, "verify_samples": 2},
         "env": {"max_turns": 2, "max_turn_tokens": 24, "max_obs_tokens": 64, "max_prompt_length": 512},
         "backend": {"device": "cpu", "max_new_tokens": 24},
-        "optimizer": {"provider": "local", "local_model_path": "smollm2-135m-instruct", "local_max_new_tokens": 128},
+        "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 4},
         "checkpoint": {"checkpoint_every": 2, "keep_last": 2},
         "log_trajectories": 2,

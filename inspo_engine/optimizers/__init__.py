@@ -14,6 +14,7 @@ from inspo_engine.optimizers.base import (
 from inspo_engine.optimizers.gemini import GeminiClient
 from inspo_engine.optimizers.local import LocalModelClient
 from inspo_engine.optimizers.openai_compat import OpenAICompatibleClient
+from inspo_engine.optimizers.rules import RuleBasedClient
 
 if TYPE_CHECKING:
     from inspo_engine.config import OptimizerConfig
@@ -26,12 +27,13 @@ __all__ = [
     "OptimizerBudget",
     "OptimizerClient",
     "OptimizerError",
+    "RuleBasedClient",
     "build_optimizer",
     "call_with_retries",
 ]
 
 
-def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None) -> OptimizerClient:
+def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None, seed: int = 0) -> OptimizerClient:
     """The client ``config.provider`` names; ``api_key`` comes from the caller; the engine reads no env vars."""
     if config.provider == "gemini":
         if not api_key:
@@ -70,4 +72,6 @@ def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None) -> O
             max_new_tokens=config.local_max_new_tokens,
             temperature=config.temperature,
         )
-    raise ValueError(f'Unknown optimizer provider {config.provider!r}; choose "gemini", "openai" or "local".')
+    if config.provider == "rules":
+        return RuleBasedClient(seed=seed)
+    raise ValueError(f'Unknown optimizer provider {config.provider!r}; choose "gemini", "openai", "local" or "rules".')

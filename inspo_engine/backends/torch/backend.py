@@ -1,0 +1,121 @@
+"""TorchBackend: the PolicyBackend of one process (CPU or one GPU); it joins rollout, rewards and the GRPO trainer.
+
+It knows tokens and weights; it knows nothing about the population or the optimizer LLM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ...config import RunConfig
+from ...env.protocol import Retriever
+from ...env.rewards import exact_match, f1
+from ...types import Question, RolloutRequest, Trajectory
+from ..base import UpdateResult
+from .grpo import GRPOTrainer, group_advantages
+from .model import load_policy, pick_device, resolve_model
+from .rollout import RolloutEngine, RolloutSettings
+from .samples import RolloutSample, TrainSample
+
+GENERATOR_FILE = "rollout_generator.pt"
+
+
+class TorchBackend:
+    """Rolls out with the current policy, trains it with GRPO, scores instructions greedily (G = 1)."""
+
+    name = "torch"
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        retriever: Retriever,
+        cache_dir: Path,
+        model_path: Path | None = None,
+        score_batch: int = 32,
+    ) -> None:
+        self.device, dtype = pick_device(config.backend.device)
+        path = model_path or resolve_model(config.backend.model, cache_dir)
+        model, tokenizer = load_policy(path, device=self.device, dtype=dtype)
+        self.tokenizer = tokenizer
+        self.trainer = GRPOTrainer(model, tokenizer, config.grpo, device=self.device)
+        settings = RolloutSettings.from_config(
+            config.env,
+            temperature=config.grpo.sampling_temperature,
+            top_p=config.grpo.top_p,
+            max_new_tokens=config.backend.max_new_tokens,
+        )
+        self.engine = RolloutEngine(self.trainer.model, tokenizer, retriever, settings, device=self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.score_batch = score_batch
+
+    # -- PolicyBackend -------------------------------------------------------------------------------------
+
+    def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
+        items = [(r.instruction, r.question) for r in requests for _ in range(group_size)]
+        samples = self.engine.generate(items, generator=self.generator)
+        flat = [
+            _trajectory(r.instruction_id, r.question, sample)
+            for r, sample in zip(
+                [r for r in requests for _ in range(group_size)],
+                samples,
+                strict=True,
+            )
+        ]
+        return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
+
+    def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
+        advantages = group_advantages([[t.reward for t in group] for group in groups])
+        samples = [
+            TrainSample(t.payload.prompt_ids, t.payload.response_ids, t.payload.response_mask, advantage)
+            for group, group_adv in zip(groups, advantages, strict=True)
+            for t, advantage in zip(group, group_adv, strict=True)
+            if t.payload is not None and t.payload.response_ids
+        ]
+        return self.trainer.update(samples)
+
+    def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        return [t.reward for t in self.answer(instruction, questions)]
+
+    def save(self, directory: Path) -> None:
+        self.trainer.save(directory)
+        torch.save(self.generator.get_state(), directory / GENERATOR_FILE)
+
+    def load(self, directory: Path) -> None:
+        self.trainer.load(directory)
+        generator = directory / GENERATOR_FILE
+        if generator.exists():
+            self.generator.set_state(torch.load(generator, weights_only=True))
+
+    # -- evaluation ----------------------------------------------------------------------------------------
+
+    def answer(self, instruction: str, questions: Sequence[Question]) -> list[Trajectory]:
+        """One greedy rollout per question, in batches; the trajectory's reward is EM."""
+        out: list[Trajectory] = []
+        for start in range(0, len(questions), self.score_batch):
+            chunk = questions[start : start + self.score_batch]
+            samples = self.engine.generate([(instruction, q) for q in chunk], greedy=True)
+            out += [_trajectory("eval", q, s) for q, s in zip(chunk, samples, strict=True)]
+        return out
+
+
+def _trajectory(instruction_id: str, question: Question, sample: RolloutSample) -> Trajectory:
+    return Trajectory(
+        instruction_id=instruction_id,
+        question=question,
+        response=sample.response_text,
+        reward=exact_match(sample.answer, question.golden_answers),
+        answer=sample.answer,
+        tool_calls=sample.tool_calls,
+        response_tokens=sum(sample.response_mask),
+        error=sample.error,
+        payload=sample,
+    )
+
+
+def answer_f1(trajectory: Trajectory) -> float:
+    """Token F1 of a trajectory's answer against its question's gold answers (reported beside EM)."""
+    return f1(trajectory.answer, trajectory.question.golden_answers)

@@ -1,0 +1,557 @@
+"""The torch backend's multi-turn Search-R1 rollout engine: batched, KV-cached sampling with search calls between
+turns; it knows tokens and the protocol, nothing about rewards, advantages or training.
+
+How a batch runs:
+
+- Prompts are the tokenizer's chat template (instruction = system message, question = user message). Identical
+  prompts (the G rollouts of a group) are prefilled once, and the longest common token prefix of the prompts that
+  share an instruction is prefilled once per instruction; the cache rows are then copied out to every rollout.
+- The KV cache (`_RowCache`) keeps one write pointer per row instead of left padding: row r's tokens sit in columns
+  0..length_r-1, a token's position id is its column, and a row attends to columns up to its own. Rows therefore
+  never carry holes, and a row that appends an observation just advances its own pointer.
+- Each step feeds every active row its last sampled token in one batched forward (no copy of the cache); rows that
+  ended a turn with a search or an invalid action then feed their observation tokens in a second forward over just
+  those rows. Rows that finish (answer, or out of turns) leave the batch at once: their cache rows are dropped.
+- A turn ends when the decoded tail of the turn contains a stop string (its tokens are kept), at EOS, or at the
+  per-turn token budget. All searches requested in the same step go to the retriever in one call.
+- A sample's answer is the content of the <answer> that ended it, taken from the model's own last turn. (Running
+  `extract_answer` over the whole response would pick up the `<answer> and </answer>` that the invalid-action
+  note itself shows.)
+- Attention runs through `_grouped_sdpa`, registered with transformers under `GROUPED_SDPA` and switched on only
+  while `generate` runs: grouped-query attention over the cache without repeating the key/value heads.
+
+Supported models: decoder-only transformers models whose attention goes through transformers' `AttentionInterface`
+and that accept a 4-D boolean attention mask and `position_ids` (Llama, Qwen2, Mistral, SmolLM2, …).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache
+
+from ...config import EnvConfig
+from ...env.protocol import INVALID_ACTION_NOTE, STOP_STRINGS, Passage, Retriever, observation, parse_action
+from ...types import Question
+from .samples import RolloutSample
+
+GROUPED_SDPA = "inspo_grouped_sdpa"
+"""The attention implementation the engine switches the model to while it generates."""
+
+_TAIL_CHARS = 64
+"""Characters of a turn's decoded tail searched for a stop string (well over the longest stop string)."""
+
+_FORWARD_TOKENS = 8192
+"""Most tokens (rows × chunk length) fed through the model in one forward when ingesting prompts or observations."""
+
+_CLOSING = "</information>\n\n"
+"""Kept at the end of an observation cut to max_obs_tokens, so the model still sees the block close."""
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    """Limits and sampling of one rollout (the Search-R1 protocol of INSPO.md)."""
+
+    max_turns: int
+    """Model turns per rollout; the turn that reaches it ends the rollout, whatever it asked for."""
+    max_turn_tokens: int
+    """Token budget of one model turn."""
+    max_obs_tokens: int
+    """Observations longer than this are cut (keeping their closing tag)."""
+    max_prompt_length: int
+    """Longer prompts are not cut: the rollout fails with an error (score 0)."""
+    top_k: int
+    """Passages per search."""
+    temperature: float = 1.0
+    """Sampling temperature (ignored when greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1.0 = off; ignored when greedy)."""
+
+    @classmethod
+    def from_config(cls, env: EnvConfig, *, temperature: float, top_p: float, max_new_tokens: int) -> RolloutSettings:
+        """Settings from the run config; the per-turn budget is the smaller of the env's and the backend's."""
+        return cls(
+            max_turns=env.max_turns,
+            max_turn_tokens=min(env.max_turn_tokens, max_new_tokens),
+            max_obs_tokens=env.max_obs_tokens,
+            max_prompt_length=env.max_prompt_length,
+            top_k=env.top_k,
+            temperature=temperature,
+            top_p=top_p,
+        )
+
+
+@dataclass
+class _Row:
+    """The running state of one rollout."""
+
+    index: int
+    instruction: str
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    turn_ids: list[int] = field(default_factory=list)
+    tail: str = ""
+    pending: list[int] = field(default_factory=list)
+    """Tokens the model has not read yet: the last sampled one, then any observation or note."""
+    length: int = 0
+    """Cache columns this row fills."""
+    turns: int = 0
+    tool_calls: int = 0
+    answer: str | None = None
+    done: bool = False
+    error: str | None = None
+
+
+# -- attention and cache ---------------------------------------------------------------------------------------
+
+
+def _grouped_sdpa(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Scaled dot-product attention for grouped-query models without copying keys and values per query head.
+
+    The query heads that share a key/value head are folded into the query-length axis, so one SDPA call per
+    key/value head serves them all; the boolean mask is repeated to match. Returns (batch, length, heads, dim).
+    """
+    window = kwargs.get("sliding_window")
+    if kwargs.get("softcap") is not None or (window is not None and key.shape[2] > window):
+        raise NotImplementedError(f"{GROUPED_SDPA} supports neither logit soft-capping nor sliding-window attention")
+    batch, q_heads, length, dim = query.shape
+    kv_heads = key.shape[1]
+    group = q_heads // kv_heads
+    folded = query.reshape(batch, kv_heads, group * length, dim)
+    if attention_mask is not None and group > 1 and length > 1:  # one query position: the mask broadcasts
+        attention_mask = attention_mask.repeat(1, 1, group, 1)
+    out = F.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask, scale=scaling)
+    return out.reshape(batch, q_heads, length, dim).transpose(1, 2), None
+
+
+AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
+
+
+class _RowCache(Cache):
+    """Preallocated keys and values with one write pointer per row; the engine plans where each forward writes.
+
+    Buffers are (rows, kv_heads, capacity, head_dim) per layer, allocated at the first write and grown by doubling.
+    Unwritten or stale columns are zero or finite and always masked, so they never reach the softmax.
+    """
+
+    def __init__(self, rows: int, capacity: int) -> None:
+        super().__init__(layers=[])
+        self.rows = rows
+        self.capacity = capacity
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self._select: torch.Tensor | None = None
+        self._write_rows: torch.Tensor | None = None
+        self._cols: torch.Tensor | None = None
+        self._width = 0
+
+    def plan(self, select: torch.Tensor | None, cols: torch.Tensor, width: int) -> None:
+        """The next forward feeds rows `select` (None = all) and writes token i of row j at column cols[j, i];
+        attention reads columns [0, width)."""
+        if width > self.capacity:
+            self._grow(max(width, 2 * self.capacity))
+        self._select = select
+        base = select if select is not None else torch.arange(self.rows, device=cols.device)
+        self._write_rows = base[:, None]
+        self._cols = cols
+        self._width = width
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer_idx == len(self.keys):
+            shape = (self.rows, key_states.shape[1], self.capacity, key_states.shape[3])
+            self.keys.append(key_states.new_zeros(shape))
+            self.values.append(value_states.new_zeros(shape))
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[self._write_rows, :, self._cols] = key_states.transpose(1, 2)
+        values[self._write_rows, :, self._cols] = value_states.transpose(1, 2)
+        if self._select is None:
+            return keys[:, :, : self._width], values[:, :, : self._width]
+        return keys[self._select, :, : self._width], values[self._select, :, : self._width]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._width
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep, reorder or repeat rows: row i becomes old row index[i]."""
+        self.keys = [k.index_select(0, index) for k in self.keys]
+        self.values = [v.index_select(0, index) for v in self.values]
+        self.rows = int(index.shape[0])
+
+    def _grow(self, capacity: int) -> None:
+        def wider(buffer: torch.Tensor) -> torch.Tensor:
+            out = buffer.new_zeros((*buffer.shape[:2], capacity, buffer.shape[3]))
+            out[:, :, : buffer.shape[2]] = buffer
+            return out
+
+        self.keys = [wider(k) for k in self.keys]
+        self.values = [wider(v) for v in self.values]
+        self.capacity = capacity
+
+
+# -- the engine ------------------------------------------------------------------------------------------------
+
+
+class RolloutEngine:
+    """Runs batches of Search-R1 rollouts with one policy model, its tokenizer and a retriever."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        retriever: Retriever,
+        settings: RolloutSettings,
+        *,
+        device: torch.device,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.retriever = retriever
+        self.settings = settings
+        self.device = device
+        self._eos = _eos_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self._pad = int(pad) if pad is not None else min(self._eos, default=0)
+        self._note_ids = self._encode(INVALID_ACTION_NOTE)
+        self._closing_ids = self._encode(_CLOSING)
+        self._max_context: int | None = getattr(model.config, "max_position_embeddings", None)
+        self._texts: dict[int, str] = {}
+
+    def generate(
+        self,
+        items: Sequence[tuple[str, Question]],
+        *,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> list[RolloutSample]:
+        """One rollout per (instruction, question), in order; repeat an item G times for a GRPO group.
+
+        Sampling draws only from `generator` (same seed and items → same rollouts); without one, a fresh generator
+        seeded from the operating system is used. A sample that cannot run carries its error instead of raising.
+        """
+        rows = self._rows(items)
+        live = [row for row in rows if row.error is None]
+        if live:
+            if generator is None and not greedy:
+                generator = torch.Generator(device=self.device)
+                generator.seed()
+            with torch.inference_mode(), self._generation_mode():
+                self._run(live, greedy, generator)
+        return [self._result(row) for row in rows]
+
+    # -- prompts -----------------------------------------------------------------------------------------------
+
+    def prompt_ids(self, instruction: str, question: Question) -> list[int]:
+        """The chat prompt: the instruction as the system message, the question as the user message."""
+        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": question.text}]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._encode(text)
+
+    def _rows(self, items: Sequence[tuple[str, Question]]) -> list[_Row]:
+        prompts: dict[tuple[str, str], list[int]] = {}
+        rows = []
+        for index, (instruction, question) in enumerate(items):
+            key = (instruction, question.text)
+            if key not in prompts:
+                prompts[key] = self.prompt_ids(instruction, question)
+            row = _Row(index, instruction, prompts[key])
+            if len(row.prompt_ids) > self.settings.max_prompt_length:
+                row.error = (
+                    f"prompt has {len(row.prompt_ids)} tokens, more than max_prompt_length "
+                    f"({self.settings.max_prompt_length}); it is not cut"
+                )
+            rows.append(row)
+        return rows
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+
+    def _run(self, rows: list[_Row], greedy: bool, generator: torch.Generator | None) -> None:
+        cache, logits = self._prefill(rows)
+        active = rows
+        while True:
+            self._advance(active, self._next_tokens(logits, active, greedy, generator))
+            keep = [i for i, row in enumerate(active) if not row.done]
+            if not keep:
+                return
+            if len(keep) < len(active):
+                cache.select_rows(torch.tensor(keep, device=self.device))
+                active = [active[i] for i in keep]
+            logits = self._step(cache, active)
+
+    def _prefill(self, rows: list[_Row]) -> tuple[_RowCache, torch.Tensor]:
+        """Read every prompt into a fresh cache; returns it with one row per rollout and each row's next logits.
+
+        Each distinct prompt is read once, after its instruction's shared token prefix, read once per instruction.
+        """
+        distinct: dict[tuple[int, ...], int] = {}
+        prompt_of_row = [distinct.setdefault(tuple(row.prompt_ids), len(distinct)) for row in rows]
+        prompts = [list(ids) for ids in distinct]
+        owners: dict[int, str] = {}
+        for row, prompt in zip(rows, prompt_of_row, strict=True):
+            owners.setdefault(prompt, row.instruction)
+        group_of_prompt, shared = _shared_prefixes(prompts, [owners[p] for p in range(len(prompts))])
+        longest = max(len(ids) for ids in prompts)
+        cache = _RowCache(len(shared), capacity=longest + self.settings.max_turn_tokens + 1)
+        if any(shared):
+            self._ingest(cache, list(range(len(shared))), [0] * len(shared), shared)
+        cache.select_rows(torch.tensor(group_of_prompt, device=self.device))
+        starts = [len(shared[g]) for g in group_of_prompt]
+        rests = [ids[start:] for ids, start in zip(prompts, starts, strict=True)]
+        logits = self._ingest(cache, list(range(len(prompts))), starts, rests)
+        index = torch.tensor(prompt_of_row, device=self.device)
+        cache.select_rows(index)
+        for row in rows:
+            row.length = len(row.prompt_ids)
+        return cache, logits.index_select(0, index)
+
+    def _step(self, cache: _RowCache, active: list[_Row]) -> torch.Tensor:
+        """Feed every row its pending tokens; returns each row's next-token logits."""
+        lengths = [row.length for row in active]
+        tokens = torch.tensor([[row.pending[0]] for row in active], device=self.device)
+        cols = torch.tensor(lengths, device=self.device)[:, None]
+        logits = self._forward(cache, None, tokens, cols, max(lengths) + 1)
+        for row in active:
+            row.length += 1
+        extra = [i for i, row in enumerate(active) if len(row.pending) > 1]
+        if extra:
+            chunks = [active[i].pending[1:] for i in extra]
+            fed = self._ingest(cache, extra, [active[i].length for i in extra], chunks)
+            logits[torch.tensor(extra, device=self.device)] = fed
+            for i, chunk in zip(extra, chunks, strict=True):
+                active[i].length += len(chunk)
+        for row in active:
+            row.pending = []
+        return logits
+
+    def _ingest(self, cache: _RowCache, where: list[int], starts: list[int], chunks: list[list[int]]) -> torch.Tensor:
+        """Feed chunks[j] to cache row where[j], from column starts[j]; returns the logits after each chunk.
+
+        Chunks are left-padded to one width so that every chunk ends at the last input position, and the padded
+        inputs are rotated in the cache to the columns after the chunk's real tokens, where they stay masked.
+        """
+        out = []
+        for lo, hi in _spans([len(chunk) for chunk in chunks], _FORWARD_TOKENS):
+            width = max(len(chunk) for chunk in chunks[lo:hi])
+            ids = torch.tensor([[self._pad] * (width - len(c)) + c for c in chunks[lo:hi]], device=self.device)
+            fill = torch.tensor([len(c) for c in chunks[lo:hi]], device=self.device)
+            start = torch.tensor(starts[lo:hi], device=self.device)
+            offsets = (torch.arange(width, device=self.device)[None, :] - (width - fill)[:, None]) % width
+            select = None if where[lo:hi] == list(range(cache.rows)) else torch.tensor(where[lo:hi], device=self.device)
+            out.append(self._forward(cache, select, ids, start[:, None] + offsets, max(starts[lo:hi]) + width))
+        return torch.cat(out)
+
+    def _forward(
+        self, cache: _RowCache, select: torch.Tensor | None, ids: torch.Tensor, cols: torch.Tensor, width: int
+    ) -> torch.Tensor:
+        """One forward pass writing ids[j, i] at column cols[j, i] (also its position); logits after the last input."""
+        cache.plan(select, cols, width)
+        mask = torch.arange(width, device=self.device)[None, None, None, :] <= cols[:, None, :, None]
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=cols,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        logits: torch.Tensor = out.logits[:, -1, :].float()
+        return logits
+
+    def _next_tokens(
+        self, logits: torch.Tensor, rows: list[_Row], greedy: bool, generator: torch.Generator | None
+    ) -> list[int]:
+        """The next token of every row (`rows` lets a subclass script some rows)."""
+        if greedy:
+            chosen = logits.argmax(dim=-1)
+        else:
+            chosen = _sample(logits, self.settings.temperature, self.settings.top_p, generator)
+        return [int(token) for token in chosen.tolist()]
+
+    # -- the protocol ------------------------------------------------------------------------------------------
+
+    def _advance(self, active: list[_Row], tokens: list[int]) -> None:
+        """Append each row's new token; close the turns that ended, running all their searches in one call."""
+        searches: list[tuple[_Row, str]] = []
+        for row, token in zip(active, tokens, strict=True):
+            row.response_ids.append(token)
+            row.response_mask.append(1)
+            row.turn_ids.append(token)
+            row.pending = [token]
+            row.tail = (row.tail + self._text(token))[-_TAIL_CHARS:]
+            if self._turn_over(row, token):
+                query = self._end_turn(row)
+                if query is not None:
+                    searches.append((row, query))
+        if searches:
+            self._search(searches)
+
+    def _turn_over(self, row: _Row, token: int) -> bool:
+        if token in self._eos or len(row.turn_ids) >= self.settings.max_turn_tokens:
+            return True
+        return any(stop in row.tail for stop in STOP_STRINGS)
+
+    def _end_turn(self, row: _Row) -> str | None:
+        """Close a turn: an answer or the last allowed turn ends the rollout; a search returns its query; anything
+        else (no action, or an empty query) gets the invalid-action note."""
+        row.turns += 1
+        action = parse_action(self.tokenizer.decode(row.turn_ids))
+        row.turn_ids, row.tail = [], ""
+        if action.kind == "answer" or row.turns >= self.settings.max_turns:
+            row.answer = action.content if action.kind == "answer" else None
+            row.done = True
+            return None
+        if action.kind == "search" and action.content:
+            return action.content
+        self._append(row, self._note_ids)
+        return None
+
+    def _search(self, searches: list[tuple[_Row, str]]) -> None:
+        queries = [query for _, query in searches]
+        results = self.retriever.search(queries, self.settings.top_k)
+        if len(results) != len(queries):
+            raise RuntimeError(f"retriever answered {len(results)} result lists for {len(queries)} queries")
+        for (row, _), passages in zip(searches, results, strict=True):
+            row.tool_calls += 1
+            self._append(row, self._observation_ids(passages))
+
+    def _observation_ids(self, passages: Sequence[Passage]) -> list[int]:
+        """The observation's tokens, cut to max_obs_tokens; a cut one still ends with its closing tag."""
+        ids = self._encode(observation(passages))
+        limit = self.settings.max_obs_tokens
+        if len(ids) <= limit:
+            return ids
+        closing = self._closing_ids if len(self._closing_ids) < limit else []
+        return ids[: limit - len(closing)] + closing
+
+    def _append(self, row: _Row, ids: list[int]) -> None:
+        """Append masked tokens (an observation or the note) that the model reads before its next turn."""
+        needed = row.length + len(row.pending) + len(ids) + self.settings.max_turn_tokens
+        if self._max_context is not None and needed > self._max_context:
+            row.done = True
+            row.error = f"context window full: the next turn could need {needed} of {self._max_context} positions"
+            return
+        row.response_ids += ids
+        row.response_mask += [0] * len(ids)
+        row.pending += ids
+
+    def _text(self, token: int) -> str:
+        text = self._texts.get(token)
+        if text is None:
+            text = self._texts[token] = self.tokenizer.decode([token])
+        return text
+
+    def _result(self, row: _Row) -> RolloutSample:
+        text = self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
+        return RolloutSample(
+            prompt_ids=row.prompt_ids,
+            response_ids=row.response_ids,
+            response_mask=row.response_mask,
+            response_text=text,
+            answer=row.answer,
+            tool_calls=row.tool_calls,
+            turns=row.turns,
+            error=row.error,
+        )
+
+    @contextmanager
+    def _generation_mode(self) -> Iterator[None]:
+        """Eval mode and grouped attention while generating; the model's own settings come back afterwards."""
+        previous = self.model.config._attn_implementation
+        was_training = self.model.training
+        self.model.set_attn_implementation(GROUPED_SDPA)
+        self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.set_attn_implementation(previous)
+            self.model.train(was_training)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
+    """One token per row from softmax(logits / temperature), restricted to the top-p nucleus when top_p < 1."""
+    logits = logits / temperature
+    if top_p < 1.0:
+        ordered, order = logits.sort(dim=-1, descending=True)
+        probs = ordered.softmax(dim=-1)
+        outside = probs.cumsum(dim=-1) - probs > top_p  # the most likely token always stays
+        ordered = ordered.masked_fill(outside, float("-inf"))
+        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
+    # Inverse-CDF sampling: one uniform draw per row instead of one per vocabulary entry (torch.multinomial's way,
+    # which costs more than the rest of a CPU decode step's sampling together). The CDF is summed in float64.
+    cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
+    draws = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64, device=_device_of(generator, cdf))
+    chosen: torch.Tensor = torch.searchsorted(cdf, draws.to(cdf.device) * cdf[:, -1:], right=True)
+    return chosen.squeeze(1).clamp_(max=cdf.shape[1] - 1)
+
+
+def _device_of(generator: torch.Generator | None, tensor: torch.Tensor) -> torch.device:
+    """Where random numbers are drawn: the generator's device (a CPU generator can drive a GPU rollout)."""
+    return generator.device if generator is not None else tensor.device
+
+
+def _shared_prefixes(prompts: list[list[int]], owners: list[str]) -> tuple[list[int], list[list[int]]]:
+    """Group prompts by owner (their instruction); returns each prompt's group and each group's longest common
+    token prefix, kept at least one token shorter than every prompt of the group."""
+    groups: dict[str, int] = {}
+    group_of = [groups.setdefault(owner, len(groups)) for owner in owners]
+    shared: list[list[int] | None] = [None] * len(groups)
+    for ids, group in zip(prompts, group_of, strict=True):
+        prefix = shared[group]
+        if prefix is None:
+            shared[group] = ids[: len(ids) - 1]
+            continue
+        same = 0
+        for a, b in zip(prefix, ids[: len(ids) - 1], strict=False):
+            if a != b:
+                break
+            same += 1
+        shared[group] = prefix[:same]
+    return group_of, [prefix or [] for prefix in shared]
+
+
+def _spans(sizes: list[int], budget: int) -> list[tuple[int, int]]:
+    """Consecutive [lo, hi) spans whose padded size (rows × longest) stays within budget (at least one row each)."""
+    spans = []
+    lo, longest = 0, 0
+    for i, size in enumerate(sizes):
+        longest = max(longest, size)
+        if i > lo and (i - lo + 1) * longest > budget:
+            spans.append((lo, i))
+            lo, longest = i, size
+    spans.append((lo, len(sizes)))
+    return spans
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """Every end-of-sequence id the tokenizer or the model's generation config names."""
+    ids: set[int] = set()
+    generation = getattr(model, "generation_config", None)
+    for source in (tokenizer.eos_token_id, getattr(generation, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list | tuple):
+            ids.update(int(i) for i in source)
+    return frozenset(ids)

@@ -1,0 +1,97 @@
+"""Builds a ready-to-run CoEvolution from a RunConfig: data, retriever, backend and optimizer; it trains nothing.
+
+The CLI and the web app's workers both start runs through `build_run`, so a run means the same thing everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .backends.base import PolicyBackend
+from .coevolution import CoEvolution, needs_optimizer
+from .config import RunConfig
+from .env.datasets import load_corpus, load_questions
+from .env.protocol import Passage, Retriever
+from .env.retrievers import build_retriever
+from .events import EventSink
+from .optimizers import OptimizerClient, build_optimizer
+from .types import Question
+
+
+@dataclass
+class RunInputs:
+    """The data a run trains and evaluates on."""
+
+    train: list[Question]
+    eval_sets: dict[str, list[Question]]
+    corpus: list[Passage] | None
+
+
+def load_inputs(config: RunConfig) -> RunInputs:
+    """Training questions, evaluation benchmarks (test split, or the file itself) and the passage corpus."""
+    env, evaluation = config.env, config.eval
+    train = load_questions(env.dataset, "train")
+    limit = evaluation.eval_samples or None
+    eval_sets = {name: load_questions(name, "test", limit=limit) for name in evaluation.benchmarks}
+    corpus = None if env.retriever == "remote" else load_corpus(env.corpus)
+    return RunInputs(train=train, eval_sets=eval_sets, corpus=corpus)
+
+
+def make_retriever(config: RunConfig, corpus: Sequence[Passage] | None, cache_dir: Path) -> Retriever:
+    env = config.env
+    return build_retriever(
+        env.retriever,
+        list(corpus) if corpus is not None else None,
+        url=env.retriever_url,
+        cache_dir=cache_dir / "retrievers",
+    )
+
+
+def make_backend(config: RunConfig, retriever: Retriever, cache_dir: Path) -> PolicyBackend:
+    if config.backend.name != "torch":
+        raise ValueError(f"backend {config.backend.name!r} runs on the GPU queue; this process runs 'torch' only")
+    from .backends.torch.backend import TorchBackend
+
+    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models")
+
+
+def make_optimizer(config: RunConfig, cache_dir: Path, api_key: str | None) -> OptimizerClient | None:
+    """The optimizer client, or None when the config never asks one anything."""
+    if not needs_optimizer(config):
+        return None
+    optimizer = config.optimizer
+    if optimizer.provider == "local" and optimizer.local_model_path:
+        from .backends.torch.model import resolve_model
+
+        local_path = resolve_model(optimizer.local_model_path, cache_dir / "models")
+        optimizer = replace(optimizer, local_model_path=str(local_path))
+    return build_optimizer(optimizer, api_key=api_key, seed=config.seed)
+
+
+def build_run(
+    config: RunConfig,
+    *,
+    out_dir: Path,
+    cache_dir: Path,
+    sink: EventSink,
+    api_key: str | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    backend: PolicyBackend | None = None,
+) -> CoEvolution:
+    """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere)."""
+    inputs = load_inputs(config)
+    if backend is None:
+        retriever = make_retriever(config, inputs.corpus, cache_dir)
+        backend = make_backend(config, retriever, cache_dir)
+    return CoEvolution(
+        config,
+        backend=backend,
+        train_questions=inputs.train,
+        optimizer=make_optimizer(config, cache_dir, api_key),
+        sink=sink,
+        out_dir=out_dir,
+        eval_sets=inputs.eval_sets,
+        should_stop=should_stop,
+    )

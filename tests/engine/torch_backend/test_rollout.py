@@ -1,0 +1,336 @@
+"""The rollout engine on the real SmolLM2-135M: the Search-R1 protocol, masks, the KV cache, batching, determinism.
+
+The protocol tests script some rows: a test-only engine replaces the model's choice by a scripted token while a row's
+script lasts, so searches, answers and broken turns happen whatever the small model would write. The model still
+reads every token, so the unscripted tokens that follow are checked against a plain full forward pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from inspo_engine.backends.torch.rollout import (
+    RolloutEngine,
+    RolloutSettings,
+    _sample,
+    _shared_prefixes,
+    _spans,
+)
+from inspo_engine.backends.torch.samples import RolloutSample
+from inspo_engine.config import SEED_INSTRUCTION, EnvConfig
+from inspo_engine.env.protocol import INVALID_ACTION_NOTE, observation
+from inspo_engine.env.rewards import extract_answer
+from inspo_engine.types import Question
+
+from .conftest import EchoRetriever
+
+CPU = torch.device("cpu")
+PERU = Question("peru", "What is the capital of Peru?", ("Lima",))
+HAMLET = Question("hamlet", "Who wrote Hamlet?", ("William Shakespeare",))
+SEINE = Question("seine", "Which river flows through Paris, the capital of France?", ("Seine",))
+SUM = Question("sum", "What is 2 + 2?", ("4",))
+OBS_LIMIT = 64
+RAMBLE = (
+    "Paris is a lovely city with old bridges, wide avenues, small cafes and many museums along the river banks, "
+    "and in the spring the parks fill with people who read, talk and walk for hours"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """These tests need no parallelism, and one thread stays fast on a busy shared CPU (two can stall each other)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+class ScriptedEngine(RolloutEngine):
+    """Forces the given rows to write scripted tokens first; records every token each row was given."""
+
+    def __init__(self, *args: object, scripts: dict[int, list[int]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.scripts = scripts
+        self.given: dict[int, list[int]] = {}
+        self.scripted: dict[int, list[bool]] = {}
+
+    def generate(self, items, **kwargs):
+        self._queues = {index: deque(script) for index, script in self.scripts.items()}
+        return super().generate(items, **kwargs)
+
+    def _next_tokens(self, logits, rows, greedy, generator):
+        tokens = super()._next_tokens(logits, rows, greedy, generator)
+        for i, row in enumerate(rows):
+            queue = self._queues.get(row.index)
+            forced = bool(queue)
+            if forced:
+                tokens[i] = queue.popleft()
+            self.given.setdefault(row.index, []).append(tokens[i])
+            self.scripted.setdefault(row.index, []).append(forced)
+        return tokens
+
+
+def settings(**overrides: int) -> RolloutSettings:
+    values = {"max_turns": 2, "max_turn_tokens": 24, "max_obs_tokens": OBS_LIMIT, "max_prompt_length": 1024, "top_k": 2}
+    values.update(overrides)
+    return RolloutSettings(**values)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+@dataclass
+class ProtocolRun:
+    engine: ScriptedEngine
+    retriever: EchoRetriever
+    samples: list[RolloutSample]
+    scripts: dict[int, list[int]]
+    batch_sizes: list[int]
+    attention_before: str
+    items: list[tuple[str, Question]]
+
+
+@pytest.fixture(scope="module")
+def run(smollm2) -> ProtocolRun:
+    """One greedy batch of seven rows that between them hit every branch of the protocol."""
+    model, tokenizer = smollm2
+    turns = {
+        "search_peru": "<think>I should look it up.</think><search> capital of Peru </search>",
+        "answer_lima": "<answer> Lima </answer>",
+        "search_long": "<search> everything about Peru </search>",
+        "search_author": "<search> Hamlet author </search>",
+        "search_date": "<search> Hamlet date </search>",
+        "answer_4": "<answer> 4 </answer>",
+    }
+    ids = {name: encode(tokenizer, text) for name, text in turns.items()}
+    scripts = {
+        0: ids["search_peru"] + ids["answer_lima"],  # search, then answer
+        1: ids["search_long"],  # search with an observation that gets cut; the model writes turn 2
+        2: ids["search_author"] + ids["search_date"],  # searches until the turn limit
+        3: encode(tokenizer, RAMBLE)[:30],  # no action: cut at the turn budget, then the note
+        # 4: the model alone
+        5: ids["answer_4"],  # answers at once and leaves the batch early
+        6: ids["search_peru"] + ids["answer_lima"],  # the same as row 0: its search shares row 0's call
+    }
+    assert len(scripts[3]) == 30
+    retriever = EchoRetriever()
+    engine = ScriptedEngine(model, tokenizer, retriever, settings(), device=CPU, scripts=scripts)
+    items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET, SEINE, HAMLET, SUM, PERU)]
+    sizes: list[int] = []
+    hook = model.register_forward_pre_hook(
+        lambda _module, _args, kwargs: (
+            sizes.append(kwargs["input_ids"].shape[0]) if kwargs["input_ids"].shape[1] == 1 else None
+        ),
+        with_kwargs=True,
+    )
+    attention = model.config._attn_implementation
+    try:
+        samples = engine.generate(items, greedy=True)
+    finally:
+        hook.remove()
+    return ProtocolRun(engine, retriever, samples, scripts, sizes, attention, items)
+
+
+def observation_ids(tokenizer, query: str, k: int = 2) -> list[int]:
+    return encode(tokenizer, observation([EchoRetriever.passage(query, i) for i in range(k)]))
+
+
+# -- the protocol ----------------------------------------------------------------------------------------------
+
+
+def test_a_search_stops_the_turn_and_its_passages_come_back_inside_information(run, smollm2):
+    _, tokenizer = smollm2
+    sample = run.samples[0]
+    search = encode(tokenizer, "<think>I should look it up.</think><search> capital of Peru </search>")
+    answer = encode(tokenizer, "<answer> Lima </answer>")
+    obs = observation_ids(tokenizer, "capital of Peru")
+    assert sample.response_ids == search + obs + answer
+    assert sample.response_mask == [1] * len(search) + [0] * len(obs) + [1] * len(answer)
+    assert "<information>Doc 1(Title: Title 0) Echo 0 of capital of Peru." in sample.response_text
+    assert (sample.answer, sample.tool_calls, sample.turns, sample.error) == ("Lima", 1, 2, None)
+
+
+def test_searches_that_end_in_the_same_step_share_one_retriever_call(run):
+    assert ["capital of Peru", "capital of Peru"] in run.retriever.calls
+    assert sum(len(call) for call in run.retriever.calls) == 4  # rows 0, 1, 2 and 6; never row 2's second search
+
+
+def test_a_long_observation_is_cut_to_max_obs_tokens_and_keeps_its_closing_tag(run, smollm2):
+    _, tokenizer = smollm2
+    sample = run.samples[1]
+    search = run.scripts[1]
+    closing = encode(tokenizer, "</information>\n\n")
+    full = observation_ids(tokenizer, "everything about Peru")
+    assert len(full) > OBS_LIMIT
+    assert sample.response_ids[len(search) : len(search) + OBS_LIMIT] == full[: OBS_LIMIT - len(closing)] + closing
+    assert sample.response_mask[: len(search) + OBS_LIMIT] == [1] * len(search) + [0] * OBS_LIMIT
+    assert sample.response_mask[len(search) + OBS_LIMIT :] == [1] * (len(sample.response_ids) - len(search) - OBS_LIMIT)
+    assert sample.tool_calls == 1
+
+
+def test_the_turn_that_reaches_max_turns_ends_the_rollout_without_running_its_search(run, smollm2):
+    _, tokenizer = smollm2
+    sample = run.samples[2]
+    first, second = (
+        encode(tokenizer, "<search> Hamlet author </search>"),
+        encode(tokenizer, "<search> Hamlet date </search>"),
+    )
+    obs = observation_ids(tokenizer, "Hamlet author")
+    assert sample.response_ids == first + obs + second
+    assert sample.response_mask == [1] * len(first) + [0] * len(obs) + [1] * len(second)
+    assert (sample.turns, sample.tool_calls, sample.answer) == (2, 1, None)
+    assert not any("Hamlet date" in query for call in run.retriever.calls for query in call)
+
+
+def test_a_turn_is_cut_at_the_token_budget_and_a_turn_without_action_gets_the_note(run, smollm2):
+    _, tokenizer = smollm2
+    sample = run.samples[3]
+    note = encode(tokenizer, INVALID_ACTION_NOTE)
+    assert sample.response_ids[:24] == run.scripts[3][:24]
+    assert sample.response_ids[24 : 24 + len(note)] == note
+    assert sample.response_mask[: 24 + len(note)] == [1] * 24 + [0] * len(note)
+    assert sample.response_ids[24 + len(note) : 30 + len(note)] == run.scripts[3][24:]  # turn 2 goes on
+    assert sample.turns == 2
+    assert len(sample.response_ids) - len(note) <= 2 * 24
+
+
+def test_an_answer_ends_the_rollout_at_once(run):
+    sample = run.samples[5]
+    assert sample.response_ids == run.scripts[5]
+    assert (sample.answer, sample.turns, sample.tool_calls) == ("4", 1, 0)
+
+
+def test_the_answer_comes_from_the_final_turn_never_from_the_example_tags_in_the_note(run):
+    for sample in (run.samples[3], run.samples[4]):
+        assert "<answer> and </answer>" in sample.response_text  # INVALID_ACTION_NOTE shows the tags
+        assert sample.answer == extract_answer(sample.response_text[sample.response_text.rfind("]") :])
+
+
+# -- tokens and masks ------------------------------------------------------------------------------------------
+
+
+def test_masks_line_up_model_tokens_are_exactly_the_sampled_ones_and_the_text_decodes_from_the_ids(run, smollm2):
+    _, tokenizer = smollm2
+    note = encode(tokenizer, INVALID_ACTION_NOTE)
+    for index, sample in enumerate(run.samples):
+        assert len(sample.response_ids) == len(sample.response_mask)
+        model_tokens = [t for t, m in zip(sample.response_ids, sample.response_mask, strict=True) if m == 1]
+        assert model_tokens == run.engine.given[index]
+        assert sample.response_text == tokenizer.decode(sample.response_ids, skip_special_tokens=True)
+        for block in masked_blocks(sample):
+            text = tokenizer.decode(block)
+            assert block == note or (text.startswith("\n\n<information>") and text.endswith("</information>\n\n"))
+        assert sample.prompt_ids == run.engine.prompt_ids(*run.items[index])
+
+
+def masked_blocks(sample: RolloutSample) -> list[list[int]]:
+    blocks: list[list[int]] = []
+    previous = 1
+    for token, mask in zip(sample.response_ids, sample.response_mask, strict=True):
+        if mask == 0:
+            if previous == 1:
+                blocks.append([])
+            blocks[-1].append(token)
+        previous = mask
+    return blocks
+
+
+# -- the cache and the batch -----------------------------------------------------------------------------------
+
+
+def test_tokens_after_prompts_and_observations_match_a_plain_forward_over_the_whole_sequence(run, smollm2):
+    """Greedy tokens must be the argmax of the model re-reading everything from scratch (its own attention)."""
+    model, _ = smollm2
+    checked = 0
+    for index, sample in enumerate(run.samples):
+        sequence = torch.tensor([sample.prompt_ids + sample.response_ids])
+        with torch.inference_mode():
+            logits = model(input_ids=sequence).logits[0].float()
+        start = len(sample.prompt_ids)
+        model_positions = [p for p, m in enumerate(sample.response_mask) if m == 1]
+        for step, position in enumerate(model_positions):
+            if run.engine.scripted[index][step]:
+                continue
+            row = logits[start + position - 1]
+            assert row[sample.response_ids[position]] >= row.max() - 1e-3, (index, position)
+            checked += 1
+    assert checked >= 24
+
+
+def test_finished_rows_leave_the_batch(run):
+    sizes = run.batch_sizes
+    assert sizes[0] == 7
+    assert all(later <= earlier for earlier, later in itertools.pairwise(sizes))
+    assert sizes[len(run.scripts[5])] < 7  # row 5 answered within its first len(script) tokens
+    assert sizes[-1] < 3
+
+
+def test_generation_gives_the_model_its_attention_and_training_mode_back(run, smollm2):
+    model, _ = smollm2
+    assert model.config._attn_implementation == run.attention_before
+    assert not model.training
+
+
+# -- sampling --------------------------------------------------------------------------------------------------
+
+
+def test_the_same_generator_seed_gives_the_same_rollouts(smollm2):
+    model, tokenizer = smollm2
+    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(max_turns=1, max_turn_tokens=6), device=CPU)
+    items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET)]
+
+    def ids(seed: int) -> list[list[int]]:
+        samples = engine.generate(items, generator=torch.Generator().manual_seed(seed))
+        return [sample.response_ids for sample in samples]
+
+    first = ids(5)
+    assert ids(5) == first
+    assert ids(6) != first
+
+
+def test_a_prompt_over_max_prompt_length_gives_an_error_sample_and_the_others_still_run(smollm2):
+    model, tokenizer = smollm2
+    probe = RolloutEngine(model, tokenizer, EchoRetriever(), settings(), device=CPU)
+    short, long = (len(probe.prompt_ids(SEED_INSTRUCTION, q)) for q in (SUM, SEINE))
+    engine = RolloutEngine(
+        model, tokenizer, EchoRetriever(), settings(max_prompt_length=short, max_turns=1, max_turn_tokens=3), device=CPU
+    )
+    bad, good = engine.generate([(SEED_INSTRUCTION, SEINE), (SEED_INSTRUCTION, SUM)], greedy=True)
+    assert short < long
+    assert bad.error is not None and f"{long} tokens" in bad.error
+    assert (bad.response_ids, bad.response_mask, bad.answer, bad.turns) == ([], [], None, 0)
+    assert good.error is None and good.turns == 1 and 1 <= len(good.response_ids) <= 3
+
+
+def test_top_p_keeps_only_the_nucleus():
+    logits = torch.tensor([[3.0, 2.9, -5.0, -5.0], [0.0, 0.0, 0.0, 10.0]]).repeat(50, 1)
+    chosen = _sample(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
+    assert set(chosen[0::2].tolist()) == {0} and set(chosen[1::2].tolist()) == {3}
+    wide = _sample(logits, 1.0, 0.99, torch.Generator().manual_seed(0))
+    assert set(wide[0::2].tolist()) == {0, 1}
+
+
+def test_prompts_of_one_instruction_share_their_common_prefix_but_never_all_of_a_prompt():
+    groups, shared = _shared_prefixes([[1, 2, 3, 4], [1, 2, 5], [1, 2, 3, 4, 6], [7, 8]], ["a", "a", "a", "b"])
+    assert groups == [0, 0, 0, 1]
+    assert shared == [[1, 2], [7]]
+    assert _shared_prefixes([[1, 2, 3]], ["a"]) == ([0], [[1, 2]])
+
+
+def test_ingest_spans_stay_within_the_token_budget():
+    assert _spans([3, 3, 3, 3], 6) == [(0, 2), (2, 4)]
+    assert _spans([10, 1], 6) == [(0, 1), (1, 2)]
+    assert _spans([1, 1, 1], 100) == [(0, 3)]
+
+
+def test_settings_take_the_smaller_turn_budget_from_the_config():
+    env = EnvConfig(max_turns=3, max_turn_tokens=96, max_obs_tokens=160, max_prompt_length=1024, top_k=3)
+    got = RolloutSettings.from_config(env, temperature=0.7, top_p=0.9, max_new_tokens=64)
+    assert got == RolloutSettings(3, 64, 160, 1024, 3, 0.7, 0.9)
