@@ -2,7 +2,7 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-REQS := requirements/engine.txt requirements/models.txt requirements/dev.txt pyproject.toml
+REQS := requirements/engine.txt requirements/models.txt requirements/web.txt requirements/dev.txt pyproject.toml
 STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
 RUN_DIR ?= runs/cpu-demo
 
@@ -31,8 +31,11 @@ format: install
 test: lint
 	$(PY) -m pytest
 
-# Until the web app exists, `make run` trains the cpu-demo preset with the engine's CLI.
-run: install
+# The web app with an embedded database and broker, a training worker, and a demo team and user.
+run: install web-migrate web-static web-demo-user web-serve
+
+# The engine alone: trains the cpu-demo preset with the CLI.
+demo: install
 	$(PY) -m inspo_engine train --preset cpu-demo --out $(RUN_DIR)
 
 smoke: install
@@ -40,3 +43,5 @@ smoke: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+include make.web.mk

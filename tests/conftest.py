@@ -1,0 +1,206 @@
+"""Shared test setup: Django settings for the web tests, PostgreSQL and Redis when reachable (a reasoned skip
+otherwise, a failure under INSPO_REQUIRE_SERVICES=1), and two teams — alice's and bob's — for permission tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+REQUIRE_SERVICES = os.environ.get("INSPO_REQUIRE_SERVICES") == "1"
+POSTGRES = ("127.0.0.1", 5432)
+REDIS = ("127.0.0.1", 6379)
+TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
+
+
+def reachable(address: tuple[str, int], timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection(address, timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip with the reason; under INSPO_REQUIRE_SERVICES=1 (CI) fail instead, so a missing service is noticed."""
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{reason} (INSPO_REQUIRE_SERVICES=1)", pytrace=False)
+    pytest.skip(reason)
+
+
+POSTGRES_UP = reachable(POSTGRES)
+REDIS_UP = reachable(REDIS)
+
+# Settings are read once, when Django starts (pytest-django does it right after this conftest is imported).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.config.settings")
+os.environ.setdefault("DJANGO_SECRET_KEY", "tests-only-secret-key-0123456789abcdefghijklmnop")
+os.environ.setdefault("INSPO_STATE_DIR", tempfile.mkdtemp(prefix="inspo-test-state-"))
+os.environ.setdefault("DJANGO_STATIC_ROOT", os.path.join(os.environ["INSPO_STATE_DIR"], "static"))
+os.environ.setdefault("DJANGO_MANIFEST_STATIC", "0")  # pages render without a collectstatic first
+os.makedirs(os.environ["DJANGO_STATIC_ROOT"], exist_ok=True)
+os.environ.setdefault("INSPO_RUNS_DIR", tempfile.mkdtemp(prefix="inspo-test-runs-"))
+if POSTGRES_UP:
+    os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/inspo")
+if REDIS_UP:
+    os.environ.setdefault("CELERY_BROKER_URL", TEST_REDIS_URL)
+
+try:
+    from django.conf import settings as _settings
+except ImportError:  # the engine's tests can run without the web stack
+    pass
+else:
+    _settings.DATABASES  # noqa: B018  (loading settings here lets pytest-django set Django up)
+    _settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, for tests only
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings() -> None:
+    """Runs before the test database is made: web tests need PostgreSQL, not the SQLite fallback."""
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"]
+    if "postgresql" not in engine:
+        where = "DATABASE_URL names another database" if os.environ.get("DATABASE_URL") else "none is reachable"
+        skip_or_fail(f"the web tests need PostgreSQL; {where} (tried {POSTGRES[0]}:{POSTGRES[1]})")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    if not REDIS_UP:
+        skip_or_fail(f"Redis is not reachable at {REDIS[0]}:{REDIS[1]}")
+    return os.environ["CELERY_BROKER_URL"]
+
+
+# -- people and teams ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(db: Any) -> Any:
+    """Owner of alice's team."""
+    from tests.factories import MembershipFactory
+
+    return MembershipFactory(user__username="alice", team__name="Alice's team", team__slug="alices", role="owner").user
+
+
+@pytest.fixture
+def alice_team(alice: Any) -> Any:
+    return alice.memberships.get().team
+
+
+@pytest.fixture
+def mia(alice_team: Any) -> Any:
+    """A member of alice's team: submits and cancels, cannot manage members."""
+    from tests.factories import MembershipFactory
+
+    return MembershipFactory(user__username="mia", team=alice_team, role="member").user
+
+
+@pytest.fixture
+def victor(alice_team: Any) -> Any:
+    """A viewer in alice's team: reads only."""
+    from tests.factories import MembershipFactory
+
+    return MembershipFactory(user__username="victor", team=alice_team, role="viewer").user
+
+
+@pytest.fixture
+def bob(db: Any) -> Any:
+    """Owner of bob's team: must never see or touch anything of alice's team."""
+    from tests.factories import MembershipFactory
+
+    return MembershipFactory(user__username="bob", team__name="Bob's team", team__slug="bobs", role="owner").user
+
+
+@pytest.fixture
+def bob_team(bob: Any) -> Any:
+    return bob.memberships.get().team
+
+
+@pytest.fixture
+def api() -> Callable[[Any], Any]:
+    """An API client authenticated with a real API token of the given user (None: anonymous)."""
+    from rest_framework.test import APIClient
+
+    from webapp.accounts.services import api_token_create
+
+    def make(user: Any) -> APIClient:
+        client = APIClient()
+        if user is not None:
+            _, key = api_token_create(user=user, name="tests")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        return client
+
+    return make
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, list[Any], str]]]:
+    """What would have been sent to the broker: (task name, args, queue), in order. The web and worker tests use
+    it automatically; a test that needs the real broker sets `webapp.runs.tasks.send` back itself."""
+    sent: list[tuple[str, list[Any], str]] = []
+    monkeypatch.setattr("webapp.runs.tasks.send", lambda name, args, queue: sent.append((name, args, queue)))
+    yield sent
+
+
+# -- a run trained for real by the engine, on a scripted policy ----------------------------------------------------
+
+GEMINI_GENERATE = "/v1beta/models/gemini-2.5-pro:generateContent"
+
+
+@pytest.fixture
+def gemini_url(httpserver: Any) -> str:
+    """A local server answering Gemini's generateContent like a reflective optimizer (the engine tests' stub)."""
+    from tests.engine.fakes import gemini_handler
+
+    httpserver.expect_request(GEMINI_GENERATE, method="POST").respond_with_handler(gemini_handler)
+    return str(httpserver.url_for("/"))
+
+
+@pytest.fixture
+def worker_settings(settings: Any, tmp_path: Any) -> Any:
+    settings.INSPO_RUNS_DIR = tmp_path / "runs"
+    settings.GEMINI_API_KEY = "test-key"
+    settings.INSPO_HEARTBEAT_S = 1
+    return settings
+
+
+def scripted_config(gemini_url: str, **overrides: Any) -> Any:
+    """The smoke preset with a Gemini-format optimizer: 6 steps, evolution after step 2, checkpoints every 2."""
+    from inspo_engine.config import preset
+
+    return preset("smoke").with_overrides(
+        {
+            "optimizer.provider": "gemini",
+            "optimizer.model": "gemini-2.5-pro",
+            "optimizer.base_url": gemini_url,
+            "optimizer.max_retries": 0,
+            "optimizer.timeout_s": 10,
+            "total_steps": 6,
+            "batch_size": 4,
+            "mini_batch_size": 4,
+            "micro_batch_size": 4,
+            "population_size": 4,
+            "n_candidates": 4,
+            "verify_samples": 4,
+            "log_trajectories": 2,
+            "seed": 5,
+            **overrides,
+        }
+    )
+
+
+@pytest.fixture
+def scripted_run(alice: Any, alice_team: Any, gemini_url: str, worker_settings: Any) -> Any:
+    """A finished run of alice's team, trained through the worker code path with the scripted policy."""
+    from tests.engine.fakes import ScriptedBackend
+    from webapp.runs.services import run_submit
+    from workers.training import run_execute
+
+    run = run_submit(team=alice_team, user=alice, name="scripted", config=scripted_config(gemini_url))
+    run_execute(run_id=run.pk, worker="cpu@tests", backend=ScriptedBackend(seed=5))
+    run.refresh_from_db()
+    return run

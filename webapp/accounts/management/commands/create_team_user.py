@@ -1,0 +1,51 @@
+"""`manage.py create_team_user`: make (or reuse) a team and a user in it, printing a new user's password once."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.text import slugify
+
+from webapp.accounts.models import Role, Team, User
+from webapp.accounts.services import membership_set, team_create, user_create
+from webapp.core.errors import ServiceError
+
+
+class Command(BaseCommand):
+    help = "Create a team and a user in it (both are reused when they exist). A new user's password is printed once."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--team", required=True, help="team name; its slug is derived unless --slug is given")
+        parser.add_argument("--slug", default=None)
+        parser.add_argument("--username", required=True)
+        parser.add_argument("--email", default="")
+        parser.add_argument("--password", default=None, help="default: a generated one, printed once")
+        parser.add_argument("--role", choices=[r.value for r in Role], default=Role.OWNER.value)
+        parser.add_argument("--superuser", action="store_true", help="also give the user the Django admin")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        slug = options["slug"] or slugify(options["team"])
+        try:
+            team = Team.objects.filter(slug=slug).first() or team_create(name=options["team"], slug=slug)
+            user = User.objects.filter(username=options["username"]).first()
+            password = None
+            if user is None:
+                password = options["password"] or secrets.token_urlsafe(12)
+                user = user_create(
+                    username=options["username"],
+                    password=password,
+                    email=options["email"],
+                    validate=options["password"] is not None,
+                )
+            membership_set(team=team, user=user, role=Role(options["role"]), by=None)
+        except ServiceError as error:
+            raise CommandError(error.message) from error
+        if options["superuser"] and not user.is_superuser:
+            User.objects.filter(pk=user.pk).update(is_staff=True, is_superuser=True)
+        self.stdout.write(f"team: {team.name} ({team.slug})")
+        if password is None:
+            self.stdout.write(f"user: {user.username} exists; its password was printed when it was created")
+        else:
+            self.stdout.write(f"user: {user.username}\npassword: {password}")

@@ -1,0 +1,39 @@
+"""Reads about teams, memberships and tokens, always scoped to the user asking."""
+
+from __future__ import annotations
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import Http404
+
+from .models import ApiToken, Membership, Role, Team, User
+from .permissions import AnyUser
+
+
+def team_list(*, user: AnyUser, min_role: Role = Role.VIEWER) -> QuerySet[Team]:
+    """The user's teams (where their role is at least `min_role`), each annotated with `role`."""
+    if not user.is_authenticated:
+        return Team.objects.none()
+    roles = [r for r in Role if r.rank >= min_role.rank]
+    role = Membership.objects.filter(team=OuterRef("pk"), user=user).values("role")[:1]
+    teams = Team.objects.filter(memberships__user=user, memberships__role__in=roles)
+    return teams.annotate(role=Subquery(role)).order_by("name")
+
+
+def team_get(*, user: AnyUser, slug: str) -> Team:
+    """One of the user's teams by slug; 404 for any other."""
+    team = team_list(user=user).filter(slug=slug).first()
+    if team is None:
+        raise Http404("no such team")
+    return team
+
+
+def membership_list(*, team: Team) -> QuerySet[Membership]:
+    return team.memberships.select_related("user").order_by("user__username")
+
+
+def api_token_list(*, user: User) -> QuerySet[ApiToken]:
+    return ApiToken.objects.filter(user=user).order_by("-created_at")
+
+
+def user_find(*, username: str) -> User | None:
+    return User.objects.filter(username=username, is_active=True).first()

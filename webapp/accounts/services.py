@@ -1,0 +1,92 @@
+"""Changes to accounts: users, teams, memberships and API tokens. Pages, the API, admin and commands call these."""
+
+from __future__ import annotations
+
+import secrets
+
+from django.contrib.auth.password_validation import validate_password
+from django.db import transaction
+from django.http import Http404
+from django.utils.text import slugify
+
+from webapp.core.errors import Conflict, InvalidInput
+
+from .authentication import token_digest
+from .models import ApiToken, Membership, Role, Team, User
+from .permissions import require_role
+
+TOKEN_PREFIX = "inspo_"
+
+
+def user_create(*, username: str, password: str, email: str = "", validate: bool = True) -> User:
+    if User.objects.filter(username=username).exists():
+        raise InvalidInput({"username": [f"{username!r} is taken"]})
+    user = User(username=username, email=email)
+    if validate:
+        validate_password(password, user)
+    user.set_password(password)
+    user.full_clean(exclude=["password"])
+    user.save()
+    return user
+
+
+def team_create(*, name: str, slug: str | None = None, owner: User | None = None) -> Team:
+    slug = slug or slugify(name)
+    if not slug:
+        raise InvalidInput({"slug": ["a team needs a name with letters or digits"]})
+    if Team.objects.filter(slug=slug).exists():
+        raise InvalidInput({"slug": [f"{slug!r} is taken"]})
+    with transaction.atomic():
+        team = Team.objects.create(name=name, slug=slug)
+        if owner is not None:
+            Membership.objects.create(team=team, user=owner, role=Role.OWNER)
+    return team
+
+
+def membership_set(*, team: Team, user: User, role: Role, by: User | None) -> Membership:
+    """Add the user to the team or change their role. `by` must be an owner (None: the system, e.g. a command)."""
+    if by is not None:
+        require_role(by, team, Role.OWNER)
+    with transaction.atomic():
+        membership, _ = Membership.objects.select_for_update().get_or_create(
+            team=team, user=user, defaults={"role": role}
+        )
+        if membership.role != role:
+            if membership.role == Role.OWNER:
+                _keep_an_owner(team, leaving=user)
+            membership.role = role
+            membership.save(update_fields=["role"])
+    return membership
+
+
+def membership_remove(*, team: Team, user: User, by: User) -> None:
+    require_role(by, team, Role.OWNER)
+    with transaction.atomic():
+        membership = Membership.objects.select_for_update().filter(team=team, user=user).first()
+        if membership is None:
+            raise Http404("not a member")
+        if membership.role == Role.OWNER:
+            _keep_an_owner(team, leaving=user)
+        membership.delete()
+
+
+def _keep_an_owner(team: Team, *, leaving: User) -> None:
+    others = Membership.objects.filter(team=team, role=Role.OWNER).exclude(user=leaving)
+    if not others.exists():
+        raise Conflict(f"{team.name} needs at least one other owner first")
+
+
+def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:
+    """A new token and its key. The key is returned this once; only its digest is kept."""
+    name = name.strip()
+    if not name:
+        raise InvalidInput({"name": ["give the token a name"]})
+    key = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name[:100], prefix=key[:12], digest=token_digest(key))
+    return token, key
+
+
+def api_token_revoke(*, user: User, token_id: int) -> None:
+    deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
+    if not deleted:
+        raise Http404("no such token")

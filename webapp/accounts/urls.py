@@ -1,0 +1,19 @@
+"""URLs of accounts: sign-in and sign-out, API tokens, team members; and the teams API."""
+
+from django.urls import path
+
+from . import apis, views
+
+api_urlpatterns = [
+    path("teams/", apis.TeamListApi.as_view(), name="teams"),
+]
+
+app_name = "accounts"
+urlpatterns = [
+    path("login/", views.SignInView.as_view(), name="login"),
+    path("logout/", views.SignOutView.as_view(), name="logout"),
+    path("tokens/", views.token_list, name="tokens"),
+    path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
+    path("teams/<slug:slug>/", views.team_members, name="team"),
+    path("teams/<slug:slug>/members/<int:user_id>/remove/", views.member_remove, name="member-remove"),
+]

@@ -1,0 +1,96 @@
+"""Account pages: sign-in and sign-out, the API token page (a new token is shown once), and team members."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from webapp.core.errors import ServiceError
+
+from . import selectors, services
+from .forms import MemberForm, TokenForm
+from .models import Role, User
+from .permissions import acting_user, require_role, role_of
+
+
+class SignInView(auth_views.LoginView):
+    template_name = "accounts/login.html"
+    redirect_authenticated_user = True
+
+
+class SignOutView(auth_views.LogoutView):
+    pass
+
+
+@never_cache
+@login_required
+def token_list(request: HttpRequest) -> HttpResponse:
+    user = acting_user(request)
+    form = TokenForm(request.POST or None)
+    new_key = None
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            _, new_key = services.api_token_create(user=user, name=form.cleaned_data["name"])
+            form = TokenForm()
+        else:
+            status = 400
+    context = {"form": form, "tokens": selectors.api_token_list(user=user), "new_key": new_key}
+    return render(request, "accounts/tokens.html", context, status=status)
+
+
+@login_required
+@require_POST
+def token_revoke(request: HttpRequest, token_id: int) -> HttpResponse:
+    user = acting_user(request)
+    services.api_token_revoke(user=user, token_id=token_id)
+    messages.success(request, "Token revoked.")
+    return redirect("accounts:tokens")
+
+
+@login_required
+def team_members(request: HttpRequest, slug: str) -> HttpResponse:
+    me = acting_user(request)
+    team = selectors.team_get(user=me, slug=slug)
+    form = MemberForm(request.POST or None)
+    if request.method == "POST":
+        require_role(me, team, Role.OWNER)
+        if form.is_valid():
+            member = selectors.user_find(username=form.cleaned_data["username"])
+            role = Role(form.cleaned_data["role"])
+            if member is None:
+                form.add_error("username", "no such user")
+            else:
+                try:
+                    services.membership_set(team=team, user=member, role=role, by=me)
+                except ServiceError as error:
+                    messages.error(request, error.message)
+                else:
+                    messages.success(request, f"{member.username} is now {role.value} of {team.name}.")
+                    return redirect("accounts:team", slug=team.slug)
+    context = {
+        "team": team,
+        "role": role_of(me, team),
+        "members": selectors.membership_list(team=team),
+        "is_owner": role_of(me, team) == Role.OWNER,
+        "form": form,
+    }
+    return render(request, "accounts/team.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def member_remove(request: HttpRequest, slug: str, user_id: int) -> HttpResponse:
+    me = acting_user(request)
+    team = selectors.team_get(user=me, slug=slug)
+    member = get_object_or_404(User, pk=user_id)
+    try:
+        services.membership_remove(team=team, user=member, by=me)
+    except ServiceError as error:
+        messages.error(request, error.message)
+    return redirect("accounts:team", slug=team.slug)

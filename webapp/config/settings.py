@@ -1,0 +1,307 @@
+"""Django settings: the one place that reads the environment; a bad value stops startup and names the variable.
+
+With no DATABASE_URL and no CELERY_BROKER_URL the platform runs on a fresh machine: SQLite and Celery's
+filesystem transport, both under INSPO_STATE_DIR. With them set it uses PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected an integer") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r}: must be ≥ {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_path(name: str, default: Path) -> Path:
+    raw = os.environ.get(name)
+    path = Path(raw) if raw else default
+    return path if path.is_absolute() else BASE_DIR / path
+
+
+def env_json(name: str, default: Any) -> Any:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise ImproperlyConfigured(f"{name}: not valid JSON ({error})") from None
+
+
+# -- where things live ------------------------------------------------------------------------------------------
+
+STATE_DIR = env_path("INSPO_STATE_DIR", BASE_DIR / "var")
+"""SQLite database, the embedded broker's folders, the generated secret key."""
+INSPO_CACHE_DIR = env_path("INSPO_CACHE_DIR", BASE_DIR / "cache")
+"""Models and retrieval indexes shared by every run (the engine's cache_dir)."""
+INSPO_RUNS_DIR = env_path("INSPO_RUNS_DIR", BASE_DIR / "runs")
+"""Each run writes under INSPO_RUNS_DIR/<run uuid>: checkpoints and the engine's own files."""
+INSPO_DATA_DIR = env_path("INSPO_DATA_DIR", BASE_DIR / "data")
+"""Datasets, corpora and models that configs may name by absolute path; paths anywhere else are refused."""
+STATE_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _secret_key() -> str:
+    key = os.environ.get("DJANGO_SECRET_KEY")
+    if key is not None:
+        if len(key) < 32:
+            raise ImproperlyConfigured("DJANGO_SECRET_KEY: must be at least 32 characters")
+        return key
+    path = STATE_DIR / "secret_key"
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(50), encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+SECURE_COOKIES = env_bool("DJANGO_SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if SECURE_COOKIES else None
+X_FRAME_OPTIONS = "DENY"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "webapp.accounts",
+    "webapp.runs",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.config.urls"
+WSGI_APPLICATION = "webapp.config.wsgi.application"
+AUTH_USER_MODEL = "accounts.User"
+LOGIN_URL = "accounts:login"
+LOGIN_REDIRECT_URL = "runs:list"
+LOGOUT_REDIRECT_URL = "accounts:login"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "webapp" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# -- database ---------------------------------------------------------------------------------------------------
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    try:
+        _database = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60))
+    except ValueError as error:
+        raise ImproperlyConfigured(f"DATABASE_URL: {error}") from None
+else:
+    _database = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(STATE_DIR / "db.sqlite3"),
+        # A web server and a worker write at once: wait for the lock, take it up front, let readers read.
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "webapp" / "static"]
+STATIC_ROOT = env_path("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if env_bool("DJANGO_MANIFEST_STATIC", not DEBUG)
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("DJANGO_LOG_LEVEL", "INFO")},
+}
+
+# -- REST API ---------------------------------------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    # Token first: an anonymous API request gets 401 with a WWW-Authenticate header.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "webapp.accounts.authentication.ApiTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "webapp.core.api.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "INSPO platform API",
+    "DESCRIPTION": "Submit INSPO training runs, follow their metrics and instruction lineage, download results.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# -- Celery -----------------------------------------------------------------------------------------------------
+
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+if CELERY_BROKER_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, Any] = {}
+else:
+    # The embedded broker: kombu's filesystem transport. Producer and worker share one folder of messages.
+    _broker = STATE_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        (_broker / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker / "queue"),
+        "data_folder_out": str(_broker / "queue"),
+        "processed_folder": str(_broker / "processed"),
+        "control_folder": str(_broker / "control"),
+        "store_processed": False,
+    }
+
+INSPO_RUN_TIME_LIMIT_S = env_int("INSPO_RUN_TIME_LIMIT_S", 24 * 3600, minimum=60)
+"""A run stops itself at a step boundary after this long, saves a checkpoint and fails as resumable."""
+INSPO_EVAL_TIME_LIMIT_S = env_int("INSPO_EVAL_TIME_LIMIT_S", 6 * 3600, minimum=60)
+INSPO_HEARTBEAT_S = env_int("INSPO_HEARTBEAT_S", 30, minimum=1)
+"""How often a worker running a run stamps its heartbeat."""
+INSPO_LOST_AFTER_S = env_int("INSPO_LOST_AFTER_S", 300, minimum=2)
+"""A running run whose heartbeat is older than this is failed as lost (its worker crashed or vanished)."""
+INSPO_SINK_MAX_BATCH = env_int("INSPO_SINK_MAX_BATCH", 500, minimum=1)
+INSPO_SINK_MAX_DELAY_S = env_int("INSPO_SINK_MAX_DELAY_S", 5, minimum=0)
+
+# Celery's own time limits sit above the run's own deadline: the soft one interrupts a step that hangs,
+# the hard one kills the process; the heartbeat check then fails the run.
+_SOFT_GRACE_S, _HARD_GRACE_S = 900, 300
+CELERY_TASK_ANNOTATIONS = {
+    "workers.tasks.run_training": {
+        "soft_time_limit": INSPO_RUN_TIME_LIMIT_S + _SOFT_GRACE_S,
+        "time_limit": INSPO_RUN_TIME_LIMIT_S + _SOFT_GRACE_S + _HARD_GRACE_S,
+    },
+    "workers.tasks.evaluate": {
+        "soft_time_limit": INSPO_EVAL_TIME_LIMIT_S,
+        "time_limit": INSPO_EVAL_TIME_LIMIT_S + _HARD_GRACE_S,
+    },
+}
+if os.environ.get("CELERY_BROKER_URL", "").startswith(("redis://", "rediss://")):
+    # A message not acknowledged within this time is handed to another worker; keep it above the hard limit.
+    CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = INSPO_RUN_TIME_LIMIT_S + 2 * _SOFT_GRACE_S
+CELERY_TASK_DEFAULT_QUEUE = "cpu"
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_SEND_EVENTS", True)
+CELERY_TASK_SEND_SENT_EVENT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Housekeeping runs on its own small `ops` queue, so a worker busy training never delays it.
+CELERY_TASK_ROUTES = {"workers.tasks.fail_lost_runs": {"queue": "ops"}}
+CELERY_BEAT_SCHEDULE = {
+    "fail-lost-runs": {"task": "workers.tasks.fail_lost_runs", "schedule": 60.0, "options": {"queue": "ops"}},
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(STATE_DIR / "celerybeat-schedule")
+
+# -- the engine's secrets (passed to it explicitly; it reads no environment) ------------------------------------
+
+GEMINI_API_KEY = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY") or None
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY") or None
+
+INSPO_OPTIMIZER_PRICES: dict[str, list[float]] = env_json(
+    "INSPO_OPTIMIZER_PRICES",
+    {"gemini-2.5-pro": [1.25, 10.0], "gemini-2.5-flash": [0.30, 2.50], "gemini-2.5-flash-lite": [0.10, 0.40]},
+)
+"""USD per million input and output tokens, by optimizer model name; unknown models get no cost."""

@@ -1,0 +1,19 @@
+"""The site's URL map: pages at /, accounts at /accounts/, the API at /api/v1/, its schema and docs, admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from webapp.accounts.urls import api_urlpatterns as accounts_api
+from webapp.runs.urls import api_urlpatterns as runs_api
+
+api_v1 = ([*runs_api, *accounts_api], "api")
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("accounts/", include("webapp.accounts.urls")),
+    path("api/v1/", include(api_v1)),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    path("", include("webapp.runs.urls")),
+]

@@ -1,0 +1,1 @@
+"""Runs: submission, the run's stored results (metrics, population, lineage, evaluations, checkpoints), reads."""

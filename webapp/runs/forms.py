@@ -1,0 +1,144 @@
+"""Forms of the run pages. The engine validates configs; these forms map its errors back onto their fields."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+
+from inspo_engine.config import RunConfig
+from webapp.accounts.models import Team
+from webapp.core.errors import InvalidInput
+from webapp.core.text import has_nul
+
+from .configs import PRESET_NAMES, config_compose
+
+# form field -> the config path it sets
+CONFIG_FIELDS = {
+    "seed": "seed",
+    "mode": "mode",
+    "total_steps": "grpo.total_steps",
+    "group_size": "grpo.group_size",
+    "batch_size": "grpo.batch_size",
+    "lr": "grpo.lr",
+    "population_size": "population.population_size",
+    "proposer": "evolution.proposer",
+    "evolve_every": "evolution.evolve_every",
+    "evolve_until": "evolution.evolve_until",
+    "backend": "backend.name",
+    "model": "backend.model",
+    "optimizer_provider": "optimizer.provider",
+    "optimizer_model": "optimizer.model",
+}
+FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
+
+
+def _choices(*values: str) -> list[tuple[str, str]]:
+    return [("", "(preset)")] + [(v, v) for v in values]
+
+
+class OverridesField(forms.CharField):
+    """A JSON object of `path: value` overrides, e.g. {"grpo.kl_coef": 0.002}."""
+
+    def to_python(self, value: Any) -> dict[str, Any]:  # type: ignore[override]
+        text = (super().to_python(value) or "").strip()
+        if not text:
+            return {}
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise forms.ValidationError(f"not valid JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise forms.ValidationError('must be a JSON object such as {"grpo.kl_coef": 0.002}')
+        if has_nul(data):
+            raise forms.ValidationError("NUL characters are not allowed")
+        return data
+
+
+def _tags(text: str) -> list[str]:
+    return [tag.strip() for tag in text.split(",") if tag.strip()]
+
+
+class ConfigFormMixin(forms.Form):
+    """Turns the engine's errors (dotted field paths) into errors on the matching form field."""
+
+    def apply_config_errors(self, error: InvalidInput) -> None:
+        for path, messages in error.errors.items():
+            name = FIELD_FOR_PATH.get(path)
+            for message in messages:
+                if name and name in self.fields:
+                    self.add_error(name, message)
+                elif "overrides" in self.fields:
+                    self.add_error("overrides", f"{path}: {message}")
+                else:
+                    self.add_error(None, f"{path}: {message}")
+
+
+class RunForm(ConfigFormMixin):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    name = forms.CharField(max_length=200)
+    tags = forms.CharField(required=False, help_text="Comma-separated.")
+    preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="smoke")
+    seed = forms.IntegerField(required=False)
+    mode = forms.ChoiceField(required=False, choices=_choices("online", "static", "pre", "post"))
+    total_steps = forms.IntegerField(required=False, label="Total steps (T)")
+    group_size = forms.IntegerField(required=False, label="Group size (G)")
+    batch_size = forms.IntegerField(required=False)
+    lr = forms.FloatField(required=False, label="Learning rate")
+    population_size = forms.IntegerField(required=False, label="Population size (N_P)")
+    proposer = forms.ChoiceField(required=False, choices=_choices("reflection", "paraphrase", "history"))
+    evolve_every = forms.IntegerField(required=False, label="Evolve every (K_e)")
+    evolve_until = forms.IntegerField(required=False, label="Evolve until (T_e)")
+    backend = forms.ChoiceField(required=False, choices=_choices("torch", "verl"))
+    model = forms.CharField(required=False, label="Policy model")
+    optimizer_provider = forms.ChoiceField(required=False, choices=_choices("gemini", "openai", "local"))
+    optimizer_model = forms.CharField(required=False)
+    overrides = OverridesField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text='Any other field as JSON, e.g. {"grpo.kl_coef": 0.002, "env.max_turns": 3}.',
+    )
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        team_field = self.fields["team"]
+        assert isinstance(team_field, forms.ModelChoiceField)
+        team_field.queryset = teams
+        self.config: RunConfig | None = None
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if self.errors:
+            return data
+        overrides = dict(data.get("overrides") or {})
+        for name, path in CONFIG_FIELDS.items():
+            value = data.get(name)
+            if value not in (None, ""):
+                overrides[path] = value
+        try:
+            self.config = config_compose(preset=data["preset"], overrides=overrides)
+        except InvalidInput as error:
+            self.apply_config_errors(error)
+        data["tag_list"] = _tags(data.get("tags", ""))
+        return data
+
+
+class CloneForm(ConfigFormMixin):
+    name = forms.CharField(max_length=200, required=False)
+    tags = forms.CharField(required=False, help_text="Comma-separated; empty keeps the source's tags.")
+    overrides = OverridesField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        data["tag_list"] = _tags(data.get("tags", "")) or None
+        return data
+
+
+class EvaluateForm(forms.Form):
+    benchmarks = forms.CharField(initial="builtin", help_text="Comma-separated benchmark names or JSONL paths.")
+    checkpoint = forms.IntegerField(required=False, help_text="Checkpoint id; empty: the newest.")
+    limit = forms.IntegerField(required=False, min_value=1, help_text="Questions per benchmark; empty: all.")
+
+    def clean_benchmarks(self) -> list[str]:
+        return _tags(self.cleaned_data["benchmarks"])

@@ -1,0 +1,329 @@
+"""What a run is and everything it produces: instructions and lineage, population snapshots, evolution rounds,
+step metrics, sampled trajectories, evaluations and checkpoints. Model methods only compute from one row.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from webapp.accounts.models import Team
+
+
+class Run(models.Model):
+    """One INSPO training run of a team, with its validated engine config."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        CANCELLING = "cancelling"
+        FINISHED = "finished"
+        CANCELLED = "cancelled"
+        FAILED = "failed"
+
+    ACTIVE = (Status.QUEUED, Status.RUNNING, Status.CANCELLING)
+    RESUMABLE = (Status.FAILED, Status.CANCELLED)
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="runs")
+    creator = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="runs")
+    name = models.CharField(max_length=200)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    backend = models.CharField(max_length=16, help_text="The engine backend: torch (cpu queue) or verl (gpu queue).")
+    preset = models.CharField(max_length=32, blank=True)
+    config = models.JSONField(help_text="The full engine RunConfig, validated.")
+    seed = models.BigIntegerField(default=0)
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones")
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    step = models.IntegerField(default=0, help_text="The last step whose metrics are stored.")
+    total_steps = models.IntegerField(default=0)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) the run.")
+    attempts = models.IntegerField(default=0, help_text="How many times a worker started the run.")
+    resume_checkpoint = models.ForeignKey(
+        "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    best_instruction = models.ForeignKey(
+        "Instruction", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    overhead = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = (
+            models.Index(fields=["team", "-created_at"], name="run_team_created"),
+            models.Index(fields=["team", "status", "-created_at"], name="run_team_status_created"),
+            models.Index(fields=["creator", "-created_at"], name="run_creator_created"),
+            models.Index(fields=["status", "heartbeat_at"], name="run_status_heartbeat"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    @property
+    def progress(self) -> float:
+        """Fraction of steps done, 0–1."""
+        return min(1.0, self.step / self.total_steps) if self.total_steps else 0.0
+
+    @property
+    def queue(self) -> str:
+        return "gpu" if self.backend == "verl" else "cpu"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE
+
+
+class RunTag(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tags")
+    name = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = (models.UniqueConstraint(fields=["run", "name"], name="one_tag_name_per_run"),)
+        indexes = (models.Index(fields=["name", "run"], name="runtag_name_run"),)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Instruction(models.Model):
+    """An instruction of a run's population, with its parent (lineage) and where it came from."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="instructions")
+    key = models.CharField(max_length=32, help_text="The engine's id, unique within the run (ins-0003).")
+    text = models.TextField()
+    origin = models.CharField(max_length=16, help_text="seed, manual, paraphrase, reflection or history")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
+    birth_step = models.IntegerField()
+    verify_score = models.FloatField(null=True, blank=True)
+    round = models.ForeignKey(
+        "EvolutionRound", null=True, blank=True, on_delete=models.SET_NULL, related_name="instructions"
+    )
+    retired_step = models.IntegerField(null=True, blank=True)
+    retired_reason = models.CharField(max_length=200, blank=True)
+    retired_weight = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("run", "birth_step", "id")
+        constraints = (models.UniqueConstraint(fields=["run", "key"], name="one_instruction_key_per_run"),)
+        indexes = (models.Index(fields=["run", "birth_step"], name="instruction_run_birth"),)
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.text[:60]}"
+
+
+class EvolutionRound(models.Model):
+    """One optimizer call: the parent, the failures it was shown, its critique, cost, and the candidates."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rounds")
+    key = models.CharField(max_length=32, help_text="The engine's round id (r00015-001, or init).")
+    step = models.IntegerField()
+    number = models.IntegerField(default=0, help_text="Generate→verify round within this evolution.")
+    proposer = models.CharField(max_length=16)
+    parent = models.ForeignKey(Instruction, null=True, blank=True, on_delete=models.SET_NULL, related_name="rounds")
+    critique = models.TextField(blank=True)
+    failures = models.JSONField(default=list, blank=True)
+    optimizer_model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.IntegerField(default=0)
+    output_tokens = models.IntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    parent_score = models.FloatField(null=True, blank=True)
+    n_questions = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "step", "id")
+        indexes = (models.Index(fields=["run", "step"], name="round_run_step"),)
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.proposer})"
+
+
+class Candidate(models.Model):
+    """One candidate instruction of a round: its verification score and why it was accepted or rejected."""
+
+    round = models.ForeignKey(EvolutionRound, on_delete=models.CASCADE, related_name="candidates")
+    position = models.IntegerField()
+    text = models.TextField()
+    valid = models.BooleanField(default=True)
+    score = models.FloatField(null=True, blank=True)
+    accepted = models.BooleanField(default=False)
+    reason = models.TextField(blank=True, help_text="Why it was rejected (or empty).")
+    instruction = models.ForeignKey(
+        Instruction, null=True, blank=True, on_delete=models.SET_NULL, related_name="candidacies"
+    )
+
+    class Meta:
+        ordering = ("round", "position")
+
+    def __str__(self) -> str:
+        return self.text[:60]
+
+
+class PopulationSnapshot(models.Model):
+    """The population after a step or a change (pruned, evolved, initialised)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="snapshots")
+    step = models.IntegerField()
+    reason = models.CharField(max_length=32)
+    best = models.ForeignKey(Instruction, null=True, on_delete=models.SET_NULL, related_name="+")
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ("run", "step", "id")
+        indexes = (models.Index(fields=["run", "step"], name="snapshot_run_step"),)
+
+
+class PopulationMember(models.Model):
+    snapshot = models.ForeignKey(PopulationSnapshot, on_delete=models.CASCADE, related_name="members")
+    instruction = models.ForeignKey(Instruction, on_delete=models.CASCADE, related_name="memberships")
+    weight = models.FloatField()
+    probability = models.FloatField()
+    samples = models.IntegerField()
+    mean_reward = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("snapshot", "-weight")
+
+
+class StepMetric(models.Model):
+    """One step's metrics: reward, agent behaviour, the policy update's statistics and timings."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    step = models.IntegerField()
+    phase = models.CharField(max_length=16)
+    reward_mean = models.FloatField()
+    reward_std = models.FloatField()
+    tool_calls_mean = models.FloatField()
+    response_length_mean = models.FloatField()
+    instruction_length_mean = models.FloatField()
+    kl = models.FloatField(null=True, blank=True)
+    entropy = models.FloatField(null=True, blank=True)
+    clip_fraction = models.FloatField(null=True, blank=True)
+    lr = models.FloatField(null=True, blank=True)
+    grad_norm = models.FloatField(null=True, blank=True)
+    pg_loss = models.FloatField(null=True, blank=True)
+    metrics = models.JSONField(default=dict, help_text="Every metric the backend reported.")
+    timings = models.JSONField(default=dict, help_text="Seconds per part of the step.")
+    overhead = models.JSONField(default=dict)
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ("run", "step")
+        constraints = (models.UniqueConstraint(fields=["run", "step"], name="one_metric_row_per_step"),)
+
+    @property
+    def step_seconds(self) -> float:
+        return float(sum(self.timings.values())) if self.timings else 0.0
+
+
+class Trajectory(models.Model):
+    """A sampled rollout of a step, for the trajectory viewer."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="trajectories")
+    step = models.IntegerField()
+    instruction = models.ForeignKey(
+        Instruction, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories"
+    )
+    question = models.TextField()
+    golden_answers = models.JSONField(default=list)
+    response = models.TextField()
+    answer = models.TextField(null=True, blank=True)
+    reward = models.FloatField()
+    tool_calls = models.IntegerField(default=0)
+    response_tokens = models.IntegerField(default=0)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("run", "step", "id")
+        indexes = (models.Index(fields=["run", "step"], name="trajectory_run_step"),)
+
+
+class Checkpoint(models.Model):
+    """A saved checkpoint; `sha256` is the digest of its policy directory's archive as the API streams it."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.IntegerField()
+    path = models.CharField(max_length=1000)
+    bytes = models.BigIntegerField(help_text="Size of the whole checkpoint directory, as the engine reported it.")
+    archive_bytes = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    files = models.JSONField(default=list, help_text="[{name, bytes, sha256}] of the policy directory.")
+    available = models.BooleanField(default=True, help_text="False once the engine deleted it (keep_last).")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "step")
+        constraints = (models.UniqueConstraint(fields=["run", "step"], name="one_checkpoint_per_step"),)
+
+
+class EvaluationRequest(models.Model):
+    """A request to evaluate a checkpoint on chosen benchmarks; its results arrive as Evaluation rows."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluation_requests")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="evaluation_requests")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    benchmarks = models.JSONField()
+    limit = models.IntegerField(null=True, blank=True, help_text="Questions per benchmark (empty: all).")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+
+
+class Evaluation(models.Model):
+    """One number: a benchmark's metric for an instruction (and checkpoint) of a run at a step."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluations")
+    step = models.IntegerField()
+    benchmark = models.CharField(max_length=200)
+    metric = models.CharField(max_length=32)
+    value = models.FloatField()
+    n = models.IntegerField()
+    instruction = models.ForeignKey(
+        Instruction, null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    checkpoint = models.ForeignKey(
+        Checkpoint, null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluations"
+    )
+    request = models.ForeignKey(
+        EvaluationRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="results"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("run", "benchmark", "step", "metric")
+        indexes = (
+            models.Index(fields=["run", "benchmark", "step"], name="evaluation_run_bench_step"),
+            models.Index(fields=["benchmark", "metric"], name="evaluation_bench_metric"),
+        )
+
+
+class RunNote(models.Model):
+    """An event worth showing on the timeline that has no table of its own (run started, optimizer failed, …)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="notes")
+    step = models.IntegerField()
+    kind = models.CharField(max_length=32)
+    payload = models.JSONField(default=dict)
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ("run", "time", "id")
+        indexes = (models.Index(fields=["run", "step"], name="note_run_step"),)

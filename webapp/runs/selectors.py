@@ -1,0 +1,280 @@
+"""Reads for pages and the API: runs visible to a user, and a run's series, population history, lineage,
+evaluations, trajectories and checkpoints shaped for charts. Functions taking `run` expect one from `run_get`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+from uuid import UUID
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from webapp.accounts.permissions import AnyUser
+
+from .models import (
+    Checkpoint,
+    EvaluationRequest,
+    EvolutionRound,
+    Instruction,
+    PopulationMember,
+    PopulationSnapshot,
+    Run,
+    RunNote,
+    StepMetric,
+    Trajectory,
+)
+
+SERIES_FIELDS = (
+    "reward_mean",
+    "reward_std",
+    "tool_calls_mean",
+    "response_length_mean",
+    "instruction_length_mean",
+    "kl",
+    "entropy",
+    "clip_fraction",
+    "lr",
+    "grad_norm",
+    "pg_loss",
+)
+
+
+def run_list(
+    *,
+    user: AnyUser,
+    status: str | None = None,
+    tag: str | None = None,
+    creator: str | None = None,
+    team: str | None = None,
+) -> QuerySet[Run]:
+    """Runs of the user's teams, newest first; filters by status, tag, creator's username and team slug."""
+    if not user.is_authenticated:
+        return Run.objects.none()
+    runs = Run.objects.filter(team__memberships__user=user)
+    if status:
+        runs = runs.filter(status=status)
+    if tag:
+        runs = runs.filter(tags__name=tag)
+    if creator:
+        runs = runs.filter(creator__username=creator)
+    if team:
+        runs = runs.filter(team__slug=team)
+    return runs.select_related("team", "creator", "best_instruction").prefetch_related("tags").order_by("-created_at")
+
+
+def run_get(*, user: AnyUser, run_id: UUID | str) -> Run:
+    """One run of the user's teams; 404 for runs of other teams, as for runs that do not exist."""
+    run = run_list(user=user).filter(pk=run_id).first()
+    if run is None:
+        raise Http404("no such run")
+    return run
+
+
+def run_tag_names(*, run: Run) -> list[str]:
+    return sorted(tag.name for tag in run.tags.all())
+
+
+def checkpoint_list(*, run: Run) -> QuerySet[Checkpoint]:
+    return run.checkpoints.order_by("step")
+
+
+def checkpoint_get(*, run: Run, checkpoint_id: int) -> Checkpoint:
+    checkpoint = run.checkpoints.filter(pk=checkpoint_id).first()
+    if checkpoint is None:
+        raise Http404("no such checkpoint")
+    return checkpoint
+
+
+def checkpoint_latest(*, run: Run) -> Checkpoint | None:
+    return run.checkpoints.filter(available=True).order_by("-step").first()
+
+
+def evaluation_request_list(*, run: Run) -> QuerySet[EvaluationRequest]:
+    return run.evaluation_requests.select_related("checkpoint").order_by("-created_at")
+
+
+def run_metric_series(*, run: Run) -> dict[str, Any]:
+    """Column-wise series, one value per stored step: `{"step": [...], "reward_mean": [...], "timings": {...}}`."""
+    rows = list(StepMetric.objects.filter(run=run).order_by("step").values("step", "phase", "timings", *SERIES_FIELDS))
+    series: dict[str, Any] = {"step": [r["step"] for r in rows], "phase": [r["phase"] for r in rows]}
+    for name in SERIES_FIELDS:
+        series[name] = [r[name] for r in rows]
+    timing_names = sorted({name for r in rows for name in r["timings"]})
+    series["timings"] = {name: [r["timings"].get(name) for r in rows] for name in timing_names}
+    return series
+
+
+def run_population_history(*, run: Run) -> list[dict[str, Any]]:
+    """Every population snapshot in order, each member with weight, sampling probability, samples, mean reward."""
+    keys = dict(Instruction.objects.filter(run=run).values_list("pk", "key"))
+    members: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for m in (
+        PopulationMember.objects.filter(snapshot__run=run)
+        .order_by("snapshot_id", "-weight", "instruction_id")
+        .values("snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward")
+    ):
+        members[m["snapshot_id"]].append(
+            {
+                "id": keys.get(m["instruction_id"]),
+                "weight": m["weight"],
+                "probability": m["probability"],
+                "samples": m["samples"],
+                "mean_reward": m["mean_reward"],
+            }
+        )
+    return [
+        {
+            "step": s["step"],
+            "reason": s["reason"],
+            "best_id": keys.get(s["best_id"]),
+            "time": s["time"],
+            "members": members[s["id"]],
+        }
+        for s in PopulationSnapshot.objects.filter(run=run)
+        .order_by("step", "id")
+        .values("id", "step", "reason", "best_id", "time")
+    ]
+
+
+def _instruction_node(ins: Instruction, keys: dict[int, str]) -> dict[str, Any]:
+    return {
+        "id": ins.key,
+        "text": ins.text,
+        "origin": ins.origin,
+        "parent_id": keys.get(ins.parent_id) if ins.parent_id else None,
+        "birth_step": ins.birth_step,
+        "verify_score": ins.verify_score,
+        "round_id": ins.round.key if ins.round else None,
+        "critique": ins.round.critique if ins.round else None,
+        "retired_step": ins.retired_step,
+        "retired_reason": ins.retired_reason or None,
+    }
+
+
+def _round_dict(r: EvolutionRound, keys: dict[int, str]) -> dict[str, Any]:
+    return {
+        "id": r.key,
+        "step": r.step,
+        "round": r.number,
+        "proposer": r.proposer,
+        "parent_id": keys.get(r.parent_id) if r.parent_id else None,
+        "critique": r.critique,
+        "failures": r.failures,
+        "optimizer_model": r.optimizer_model,
+        "input_tokens": r.input_tokens,
+        "output_tokens": r.output_tokens,
+        "cost_usd": float(r.cost_usd) if r.cost_usd is not None else None,
+        "parent_score": r.parent_score,
+        "n_questions": r.n_questions,
+        "candidates": [
+            {
+                "text": c.text,
+                "valid": c.valid,
+                "score": c.score,
+                "accepted": c.accepted,
+                "reason": c.reason or None,
+                "instruction_id": keys.get(c.instruction_id) if c.instruction_id else None,
+            }
+            for c in r.candidates.all()
+        ],
+    }
+
+
+def run_lineage(*, run: Run) -> dict[str, Any]:
+    """The lineage graph: instructions as nodes, parent → child edges, and every optimizer round with its
+    critique, the failures it was shown and each candidate's verdict."""
+    instructions = list(Instruction.objects.filter(run=run).select_related("round").order_by("birth_step", "id"))
+    keys = {ins.pk: ins.key for ins in instructions}
+    rounds = EvolutionRound.objects.filter(run=run).order_by("step", "id").prefetch_related("candidates")
+    return {
+        "nodes": [_instruction_node(ins, keys) for ins in instructions],
+        "edges": [{"source": keys[i.parent_id], "target": i.key} for i in instructions if i.parent_id in keys],
+        "rounds": [_round_dict(r, keys) for r in rounds],
+    }
+
+
+def run_evaluations(*, run: Run) -> dict[str, Any]:
+    """Every evaluation result, and a table of the newest value per benchmark and metric."""
+    rows: list[dict[str, Any]] = [
+        {
+            "step": e.step,
+            "benchmark": e.benchmark,
+            "metric": e.metric,
+            "value": e.value,
+            "n": e.n,
+            "instruction_id": e.instruction.key if e.instruction else None,
+            "checkpoint_step": e.checkpoint.step if e.checkpoint else None,
+            "source": "requested" if e.request_id else "training",
+        }
+        for e in run.evaluations.select_related("instruction", "checkpoint").order_by("benchmark", "step", "id")
+    ]
+    table: dict[str, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        table[row["benchmark"]][row["metric"]] = row["value"]
+    return {"results": rows, "table": dict(table)}
+
+
+def run_trajectories(*, run: Run, step: int | None = None) -> dict[str, Any]:
+    """The sampled trajectories of one step (default: the newest step that has any)."""
+    if step is None:
+        step = Trajectory.objects.filter(run=run).order_by("-step").values_list("step", flat=True).first()
+    if step is None:
+        return {"step": None, "trajectories": []}
+    rows = Trajectory.objects.filter(run=run, step=step).select_related("instruction").order_by("id")
+    return {
+        "step": step,
+        "trajectories": [
+            {
+                "instruction_id": t.instruction.key if t.instruction else None,
+                "question": t.question,
+                "golden_answers": t.golden_answers,
+                "response": t.response,
+                "answer": t.answer,
+                "reward": t.reward,
+                "tool_calls": t.tool_calls,
+                "response_tokens": t.response_tokens,
+                "error": t.error or None,
+            }
+            for t in rows
+        ],
+    }
+
+
+def run_notes(*, run: Run) -> QuerySet[RunNote]:
+    return run.notes.order_by("time", "id")
+
+
+def _last_weight(run: Run, instruction: Instruction) -> float | None:
+    member = (
+        PopulationMember.objects.filter(snapshot__run=run, instruction=instruction)
+        .order_by("-snapshot__step", "-snapshot_id")
+        .values_list("weight", flat=True)
+        .first()
+    )
+    return member if member is not None else instruction.retired_weight
+
+
+def best_instruction(*, run: Run) -> dict[str, Any] | None:
+    """The run's best instruction with its weight and its lineage back to the seed (each ancestor with the
+    critique that produced its child)."""
+    best = run.best_instruction
+    if best is None:
+        return None
+    chain: list[Instruction] = []
+    node: Instruction | None = best
+    seen: set[int] = set()
+    while node is not None and node.pk not in seen:
+        seen.add(node.pk)
+        chain.append(node)
+        node = Instruction.objects.select_related("round").filter(pk=node.parent_id).first() if node.parent_id else None
+    keys = {ins.pk: ins.key for ins in chain}
+    return {
+        "id": best.key,
+        "text": best.text,
+        "origin": best.origin,
+        "birth_step": best.birth_step,
+        "weight": _last_weight(run, best),
+        "verify_score": best.verify_score,
+        "lineage": [_instruction_node(ins, keys) for ins in chain],
+    }

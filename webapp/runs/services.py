@@ -1,0 +1,178 @@
+"""Operations on runs — submit, cancel, clone, resume, evaluate, export — shared by pages, the API and admin.
+
+Each checks the caller's role in the run's team, changes state with conditional updates where a worker may race
+it, and enqueues work only after the transaction commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from inspo_engine.config import RunConfig
+from webapp.accounts.models import Role, Team, User
+from webapp.accounts.permissions import require_role
+from webapp.core.errors import Conflict, Gone, InvalidInput
+
+from . import selectors, tasks
+from .configs import config_compose, config_validate, paths_outside_data_dir
+from .models import Checkpoint, EvaluationRequest, Run, RunTag
+
+MAX_SEED = 2**63 - 1
+MAX_TAGS = 20
+
+
+def _clean_tags(tags: Sequence[str]) -> list[str]:
+    cleaned = sorted({tag.strip() for tag in tags if tag.strip()})
+    if len(cleaned) > MAX_TAGS:
+        raise InvalidInput({"tags": [f"at most {MAX_TAGS} tags"]})
+    too_long = [tag for tag in cleaned if len(tag) > 64]
+    if too_long:
+        raise InvalidInput({"tags": [f"tags are at most 64 characters: {too_long[0][:20]}…"]})
+    return cleaned
+
+
+def run_submit(
+    *,
+    team: Team,
+    user: User,
+    name: str,
+    config: RunConfig | Mapping[str, Any],
+    tags: Sequence[str] = (),
+    preset: str = "",
+    cloned_from: Run | None = None,
+) -> Run:
+    """Validate the config with the engine, store a queued run, and enqueue its training once committed."""
+    require_role(user, team, Role.MEMBER)
+    validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config)
+    if validated.seed > MAX_SEED:
+        raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
+    name = name.strip()
+    if not name:
+        raise InvalidInput({"name": ["give the run a name"]})
+    tag_names = _clean_tags(tags)
+    with transaction.atomic():
+        run = Run.objects.create(
+            team=team,
+            creator=user,
+            name=name[:200],
+            backend=validated.backend.name,
+            preset=preset,
+            config=validated.to_dict(),
+            seed=validated.seed,
+            total_steps=_total_steps(validated),
+            cloned_from=cloned_from,
+        )
+        RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
+        tasks.training_enqueue(run)
+    return run
+
+
+def _total_steps(config: RunConfig) -> int:
+    """Steps over all phases: pre/post modes add the optimisation-only phase to the training steps."""
+    extra = config.evolution.evolve_until if config.mode in ("pre", "post") else 0
+    return config.grpo.total_steps + extra
+
+
+def run_cancel(*, run: Run, user: User) -> Run:
+    """Queued runs stop at once; running ones stop after the current step (the worker checks every step)."""
+    require_role(user, run.team, Role.MEMBER)
+    now = timezone.now()
+    runs = Run.objects.filter(pk=run.pk)
+    stopped = runs.filter(status=Run.Status.QUEUED).update(status=Run.Status.CANCELLED, finished_at=now)
+    if not stopped and not runs.filter(status=Run.Status.RUNNING).update(status=Run.Status.CANCELLING):
+        status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+        if status not in (Run.Status.CANCELLING, Run.Status.CANCELLED):
+            raise Conflict(f"the run is {status}; only queued or running runs can be cancelled")
+    run.refresh_from_db()
+    return run
+
+
+def run_clone(
+    *,
+    run: Run,
+    user: User,
+    name: str | None = None,
+    tags: Sequence[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Run:
+    """A new run of the same team with the source's config, changed by `overrides`."""
+    config = config_compose(base=run.config, overrides=overrides)
+    return run_submit(
+        team=run.team,
+        user=user,
+        name=name or f"{run.name} (clone)",
+        config=config,
+        tags=list(tags) if tags is not None else selectors.run_tag_names(run=run),
+        preset=run.preset,
+        cloned_from=run,
+    )
+
+
+def run_resume(*, run: Run, user: User) -> Run:
+    """Queue a failed or cancelled run again; its worker continues from the newest checkpoint still on disk."""
+    require_role(user, run.team, Role.MEMBER)
+    checkpoint = selectors.checkpoint_latest(run=run)
+    if checkpoint is None:
+        raise Conflict("the run has no checkpoint to resume from; clone it to start over")
+    with transaction.atomic():
+        changed = Run.objects.filter(pk=run.pk, status__in=Run.RESUMABLE).update(
+            status=Run.Status.QUEUED, resume_checkpoint=checkpoint, error="", finished_at=None
+        )
+        if not changed:
+            status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
+            raise Conflict(f"the run is {status}; only failed or cancelled runs can be resumed")
+        run.refresh_from_db()
+        tasks.training_enqueue(run)
+    return run
+
+
+def run_evaluate(
+    *,
+    run: Run,
+    user: User,
+    benchmarks: Sequence[str],
+    checkpoint: Checkpoint | None = None,
+    limit: int | None = None,
+) -> EvaluationRequest:
+    """Evaluate a checkpoint (default: the newest) with its best instruction on the given benchmarks."""
+    require_role(user, run.team, Role.MEMBER)
+    names = [name.strip() for name in benchmarks if name.strip()]
+    if not names:
+        raise InvalidInput({"benchmarks": ["name at least one benchmark"]})
+    outside = paths_outside_data_dir([("benchmarks", name) for name in names])
+    if outside:
+        raise InvalidInput(outside)
+    if checkpoint is None:
+        checkpoint = selectors.checkpoint_latest(run=run)
+        if checkpoint is None:
+            raise Conflict("the run has no checkpoint yet")
+    elif checkpoint.run_id != run.pk:
+        raise InvalidInput({"checkpoint": ["not a checkpoint of this run"]})
+    if not checkpoint.available:
+        raise Gone(f"the checkpoint of step {checkpoint.step} was deleted (keep_last)")
+    with transaction.atomic():
+        request = EvaluationRequest.objects.create(
+            run=run, checkpoint=checkpoint, requested_by=user, benchmarks=list(dict.fromkeys(names)), limit=limit
+        )
+        tasks.evaluation_enqueue(request)
+    return request
+
+
+def instruction_export(*, run: Run, user: User) -> dict[str, Any]:
+    """The whole population with lineage, critiques and weights, plus the run's config, as one JSON document."""
+    require_role(user, run.team, Role.VIEWER)
+    lineage = selectors.run_lineage(run=run)
+    best = selectors.best_instruction(run=run)
+    return {
+        "run": {"id": str(run.pk), "name": run.name, "status": run.status, "step": run.step},
+        "config": run.config,
+        "best_instruction_id": best["id"] if best else None,
+        "instructions": lineage["nodes"],
+        "edges": lineage["edges"],
+        "rounds": lineage["rounds"],
+        "population_history": selectors.run_population_history(run=run),
+    }

@@ -1,0 +1,1 @@
+"""Celery workers: the tasks that train and evaluate runs with the engine, and the sink that stores its events."""
