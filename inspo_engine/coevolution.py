@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .backends.base import PolicyBackend
+from .backends.base import POLICY_DIR, PolicyBackend
 from .config import RunConfig
 from .events import (
     BudgetExhausted,
@@ -53,7 +53,7 @@ from .types import Question, RolloutRequest, Trajectory
 
 STATE_SCHEMA_VERSION = 1
 STATE_FILE = "inspo_state.json"
-POLICY_DIR = "policy"
+__all__ = ["POLICY_DIR", "STATE_FILE", "CoEvolution", "RunResult", "latest_checkpoint", "phases_for"]
 
 
 @dataclass(frozen=True)
@@ -333,9 +333,10 @@ class CoEvolution:
         if not self.config.population.paraphrase_init or slots <= 0 or self.optimizer is None:
             return
         seed = self.population.members[0]
-        texts = self._propose_round(step, seed, "paraphrase", slots)
+        round_id = f"init-{step:05d}"
+        texts = self._propose_round(step, seed, "paraphrase", slots, round_id=round_id)
         for text in texts[:slots]:
-            self._add(text, origin="paraphrase", step=step, parent_id=seed.id)
+            self._add(text, origin="paraphrase", step=step, parent_id=seed.id, round_id=round_id)
         if texts:
             self._emit_population(step, "initialised")
 
@@ -409,7 +410,7 @@ class CoEvolution:
         return round_id, texts
 
     def _propose_round(
-        self, step: int, parent: Instruction, kind: str, n: int, *, round_id: str = "init", round_no: int = 0
+        self, step: int, parent: Instruction, kind: str, n: int, *, round_id: str, round_no: int = 0
     ) -> list[str]:
         """One optimizer call; emits what it was shown, its critique and candidates. Failures emit and return []."""
         assert self.optimizer is not None
@@ -628,7 +629,7 @@ class CoEvolution:
         partial = directory.with_name(directory.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir(parents=True)
-        self.backend.save(partial / POLICY_DIR)
+        self.backend.save(partial)
         (partial / STATE_FILE).write_text(json.dumps(self.state()), encoding="utf-8")
         shutil.rmtree(directory, ignore_errors=True)
         partial.rename(directory)
@@ -640,7 +641,7 @@ class CoEvolution:
     def load_checkpoint(self, directory: Path) -> None:
         state = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
         self.load_state(state)
-        self.backend.load(directory / POLICY_DIR)
+        self.backend.load(directory)
 
     def _drop_old_checkpoints(self) -> None:
         keep = self.config.checkpoint.keep_last

@@ -537,22 +537,29 @@ def _paper() -> dict[str, Any]:
 
 
 def _cpu_demo() -> dict[str, Any]:
+    """A real run that fits in about half an hour on two CPU cores: SmolLM2-135M, two evolutions."""
     return {
         "grpo": {
-            "total_steps": 45,
+            "total_steps": 24,
             "group_size": 4,
-            "batch_size": 8,
-            "mini_batch_size": 8,
+            "batch_size": 4,
+            "mini_batch_size": 4,
             "micro_batch_size": 4,
-            "lr": 1e-5,
+            "lr": 5e-6,
         },
-        "population": {"population_size": 4},
-        "evolution": {"evolve_every": 15, "evolve_until": 30, "n_candidates": 4, "verify_samples": 16},
-        "env": {"max_turns": 3, "max_turn_tokens": 96, "max_obs_tokens": 160, "max_prompt_length": 1024},
-        "backend": {"device": "cpu", "max_new_tokens": 96},
+        "population": {"population_size": 4, "prune_every": 4},
+        "evolution": {
+            "evolve_every": 8,
+            "evolve_until": 16,
+            "n_candidates": 3,
+            "verify_samples": 8,
+            "max_verify_rounds": 2,
+        },
+        "env": {"max_turns": 2, "max_turn_tokens": 64, "max_obs_tokens": 128, "max_prompt_length": 1024},
+        "backend": {"device": "cpu", "max_new_tokens": 64},
         "optimizer": {"provider": "rules"},
-        "eval": {"eval_every": 0, "eval_samples": 64},
-        "checkpoint": {"checkpoint_every": 15},
+        "eval": {"eval_every": 0, "eval_samples": 32},
+        "checkpoint": {"checkpoint_every": 8, "keep_last": 1},
     }
 
 

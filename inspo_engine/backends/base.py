@@ -9,6 +9,9 @@ from typing import Protocol
 
 from ..types import Question, RolloutRequest, Trajectory
 
+POLICY_DIR = "policy"
+"""Inside a checkpoint: the policy as a Hugging Face directory (what users download and `eval` loads)."""
+
 
 @dataclass(frozen=True)
 class UpdateResult:
@@ -38,9 +41,10 @@ class PolicyBackend(Protocol):
         ...
 
     def save(self, directory: Path) -> None:
-        """Write the policy (and the backend's own rng and optimizer state) into `directory`."""
+        """Write the policy into the checkpoint `directory`: `policy/` (a Hugging Face directory where the
+        backend has one), with the backend's own rng and optimizer state beside it."""
         ...
 
     def load(self, directory: Path) -> None:
-        """Restore what `save` wrote."""
+        """Restore what `save` wrote into the checkpoint `directory`."""
         ...

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from werkzeug import Request, Response
 
-from inspo_engine.backends.base import UpdateResult
+from inspo_engine.backends.base import POLICY_DIR, UpdateResult
 from inspo_engine.types import Question, RolloutRequest, Trajectory
 
 # phrase in the instruction -> (effect on the success rate, the failure it prevents)
@@ -79,13 +79,14 @@ class ScriptedBackend:
         return [self._trajectory("verify", instruction, q).reward for q in questions]
 
     def save(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
+        """Into `policy/` of the checkpoint, where a real backend puts its weights."""
+        (directory / POLICY_DIR).mkdir(parents=True, exist_ok=True)
         version, internal, gauss = self.rng.getstate()
         state = {"rng": [version, list(internal), gauss], "updates": self.updates}
-        (directory / "scripted.json").write_text(json.dumps(state))
+        (directory / POLICY_DIR / "scripted.json").write_text(json.dumps(state))
 
     def load(self, directory: Path) -> None:
-        state = json.loads((directory / "scripted.json").read_text())
+        state = json.loads((directory / POLICY_DIR / "scripted.json").read_text())
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
         self.updates = state["updates"]

@@ -14,13 +14,14 @@ from ...config import RunConfig
 from ...env.protocol import Retriever
 from ...env.rewards import exact_match, f1
 from ...types import Question, RolloutRequest, Trajectory
-from ..base import UpdateResult
+from ..base import POLICY_DIR, UpdateResult
 from .grpo import GRPOTrainer, group_advantages
 from .model import load_policy, pick_device, resolve_model
 from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample
 
 GENERATOR_FILE = "rollout_generator.pt"
+TRAINING_DIR = "training"
 
 
 class TorchBackend:
@@ -81,14 +82,14 @@ class TorchBackend:
         return [t.reward for t in self.answer(instruction, questions)]
 
     def save(self, directory: Path) -> None:
-        self.trainer.save(directory)
-        torch.save(self.generator.get_state(), directory / GENERATOR_FILE)
+        """`policy/` is a plain Hugging Face directory (what users download); `training/` holds the optimizer,
+        scheduler and sampling state that only resuming needs."""
+        self.trainer.save(directory / POLICY_DIR, state_dir=directory / TRAINING_DIR)
+        torch.save(self.generator.get_state(), directory / TRAINING_DIR / GENERATOR_FILE)
 
     def load(self, directory: Path) -> None:
-        self.trainer.load(directory)
-        generator = directory / GENERATOR_FILE
-        if generator.exists():
-            self.generator.set_state(torch.load(generator, weights_only=True))
+        self.trainer.load(directory / POLICY_DIR, state_dir=directory / TRAINING_DIR)
+        self.generator.set_state(torch.load(directory / TRAINING_DIR / GENERATOR_FILE, weights_only=True))
 
     # -- evaluation ----------------------------------------------------------------------------------------
 

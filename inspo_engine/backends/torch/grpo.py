@@ -213,15 +213,21 @@ def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
 def policy_loss(
     model: nn.Module,
     batch: TokenBatch,
-    old_logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor | None,
     ref_logprobs: torch.Tensor,
     *,
     clip_ratio: float,
     kl_coef: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Forward `model` on a batch and return the GRPO loss (with gradient) and its statistics, entropy included."""
+    """Forward `model` on a batch and return the GRPO loss (with gradient) and its statistics, entropy included.
+
+    `old_logprobs=None` means the policy has not moved since the rollout (the step's only mini-batch): the old
+    log-probs are the current ones, detached, and the ratio is exactly 1.
+    """
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False).logits[:, :-1]
     logprobs = logits_to_logprobs(logits, batch.input_ids[:, 1:])
+    if old_logprobs is None:
+        old_logprobs = logprobs.detach()
     loss, stats = grpo_loss(
         logprobs, old_logprobs, ref_logprobs, batch.advantages, batch.loss_mask, clip_ratio=clip_ratio, kl_coef=kl_coef
     )
@@ -335,9 +341,11 @@ class GRPOTrainer:
             raise ValueError("update needs at least one sample")
         samples = list(samples)
 
-        # 1) Old log-probs: the current policy, recomputed once (so the first mini-batch starts at ratio 1).
+        # 1) Old log-probs: the current policy, recomputed once (so the first mini-batch starts at ratio 1). With a
+        #    single mini-batch the policy has not moved when the loss is taken, so they come from that forward pass.
         started = perf_counter()
-        old_rows = self.logprob_rows(self.policy, samples)
+        single = len(samples) <= self.batch_sizes()[0]
+        old_rows = None if single else self.logprob_rows(self.policy, samples)
         old_done = perf_counter()
 
         # 2) Reference log-probs for the KL penalty.
@@ -361,7 +369,7 @@ class GRPOTrainer:
         return UpdateResult(metrics=metrics, timings=timings)
 
     def _optimise(
-        self, samples: list[TrainSample], old_rows: list[torch.Tensor], ref_rows: list[torch.Tensor]
+        self, samples: list[TrainSample], old_rows: list[torch.Tensor] | None, ref_rows: list[torch.Tensor]
     ) -> dict[str, float]:
         mini_size, micro_size = self.batch_sizes()
         order = torch.randperm(len(samples), generator=self.generator).tolist()
@@ -370,7 +378,7 @@ class GRPOTrainer:
         for indices in _chunks(order, mini_size):
             stats = self.accumulate(
                 [samples[i] for i in indices],
-                [old_rows[i] for i in indices],
+                None if old_rows is None else [old_rows[i] for i in indices],
                 [ref_rows[i] for i in indices],
                 micro_size=micro_size,
             )
@@ -394,7 +402,7 @@ class GRPOTrainer:
     def accumulate(
         self,
         samples: Sequence[TrainSample],
-        old_rows: Sequence[torch.Tensor],
+        old_rows: Sequence[torch.Tensor] | None,
         ref_rows: Sequence[torch.Tensor],
         *,
         micro_size: int,
@@ -411,7 +419,7 @@ class GRPOTrainer:
             loss, stats = policy_loss(
                 self.policy,
                 batch,
-                pad_rows([old_rows[i] for i in indices], width),
+                None if old_rows is None else pad_rows([old_rows[i] for i in indices], width),
                 pad_rows([ref_rows[i] for i in indices], width),
                 clip_ratio=self.config.clip_ratio,
                 kl_coef=self.config.kl_coef,
@@ -466,24 +474,27 @@ class GRPOTrainer:
         self.generator.set_state(state["generator"])
         self.steps_done = int(state["steps_done"])
 
-    def save(self, directory: Path) -> None:
+    def save(self, directory: Path, *, state_dir: Path | None = None) -> None:
         """The policy as a Hugging Face directory (safetensors; LoRA: peft's adapter files), its tokenizer, and
-        `trainer_state.pt`."""
+        `trainer_state.pt` (optimizer, scheduler, generator) in `state_dir` (default: the same directory)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        state_dir = Path(state_dir) if state_dir is not None else directory
+        state_dir.mkdir(parents=True, exist_ok=True)
         if self.peft is not None:
             self.peft.save_pretrained(str(directory))
         else:
             assert isinstance(self.policy, PreTrainedModel)
             self.policy.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
-        partial = directory / f".{TRAINER_STATE_FILE}.partial"
+        partial = state_dir / f".{TRAINER_STATE_FILE}.partial"
         torch.save(self.state_dict(), partial)
-        os.replace(partial, directory / TRAINER_STATE_FILE)
+        os.replace(partial, state_dir / TRAINER_STATE_FILE)
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, *, state_dir: Path | None = None) -> None:
         """Restore what `save` wrote into this trainer (built from the same initial model and config)."""
         directory = Path(directory)
+        state_dir = Path(state_dir) if state_dir is not None else directory
         if self.peft is not None:
             from peft import set_peft_model_state_dict
 
@@ -493,5 +504,5 @@ class GRPOTrainer:
             saved = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype)
             self.policy.load_state_dict(saved.state_dict(), strict=True)
             del saved
-        state = torch.load(directory / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
+        state = torch.load(state_dir / TRAINER_STATE_FILE, map_location="cpu", weights_only=True)
         self.load_state_dict(state)

@@ -58,8 +58,10 @@ def test_scoring_is_greedy_and_repeatable(backend):
 
 
 def test_save_then_load_continues_with_the_same_weights_and_sampling(backend, tmp_path):
-    backend.save(tmp_path / "policy")
+    backend.save(tmp_path)
+    assert (tmp_path / "policy" / "model.safetensors").exists()
+    assert not (tmp_path / "policy" / "trainer_state.pt").exists()
     expected = [[t.response for t in g] for g in backend.rollout(requests(1), group_size=2)]
     again = TorchBackend(CONFIG, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
-    again.load(tmp_path / "policy")
+    again.load(tmp_path)
     assert [[t.response for t in g] for g in again.rollout(requests(1), group_size=2)] == expected
