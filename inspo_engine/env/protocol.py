@@ -69,7 +69,8 @@ def observation(passages: Sequence[Passage]) -> str:
 
 
 INVALID_ACTION_NOTE = (
-    "\n[That turn had no action. To search, write the query between <search> and </search>; to finish, "
-    "write the answer between <answer> and </answer>.]\n"
+    "\n[That turn had no action. To search, put a query inside the search tags; to finish, put the final answer "
+    "inside the answer tags.]\n"
 )
-"""Appended (masked like an observation) when a turn has neither a search nor an answer."""
+"""Appended (masked like an observation) when a turn has neither a search nor an answer. It names the tags
+without writing them, so nothing that parses a whole response can mistake the note for an action or an answer."""

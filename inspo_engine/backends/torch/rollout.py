@@ -146,14 +146,16 @@ AttentionInterface.register(GROUPED_SDPA, _grouped_sdpa)
 class _RowCache(Cache):
     """Preallocated keys and values with one write pointer per row; the engine plans where each forward writes.
 
-    Buffers are (rows, kv_heads, capacity, head_dim) per layer, allocated at the first write and grown by doubling.
-    Unwritten or stale columns are zero or finite and always masked, so they never reach the softmax.
+    Buffers are (rows, kv_heads, capacity, head_dim) per layer, allocated at the first write; when a forward needs
+    more columns they grow to its width plus `margin` (one layer at a time, so memory peaks one layer above the new
+    size). Unwritten or stale columns are zero or finite and always masked, so they never reach the softmax.
     """
 
-    def __init__(self, rows: int, capacity: int) -> None:
+    def __init__(self, rows: int, capacity: int, margin: int) -> None:
         super().__init__(layers=[])
         self.rows = rows
         self.capacity = capacity
+        self.margin = margin
         self.keys: list[torch.Tensor] = []
         self.values: list[torch.Tensor] = []
         self._select: torch.Tensor | None = None
@@ -165,7 +167,7 @@ class _RowCache(Cache):
         """The next forward feeds rows `select` (None = all) and writes token i of row j at column cols[j, i];
         attention reads columns [0, width)."""
         if width > self.capacity:
-            self._grow(max(width, 2 * self.capacity))
+            self._grow(width + self.margin)
         self._select = select
         base = select if select is not None else torch.arange(self.rows, device=cols.device)
         self._write_rows = base[:, None]
@@ -191,8 +193,9 @@ class _RowCache(Cache):
 
     def select_rows(self, index: torch.Tensor) -> None:
         """Keep, reorder or repeat rows: row i becomes old row index[i]."""
-        self.keys = [k.index_select(0, index) for k in self.keys]
-        self.values = [v.index_select(0, index) for v in self.values]
+        for buffers in (self.keys, self.values):
+            for i, buffer in enumerate(buffers):
+                buffers[i] = buffer.index_select(0, index)
         self.rows = int(index.shape[0])
 
     def _grow(self, capacity: int) -> None:
@@ -201,8 +204,9 @@ class _RowCache(Cache):
             out[:, :, : buffer.shape[2]] = buffer
             return out
 
-        self.keys = [wider(k) for k in self.keys]
-        self.values = [wider(v) for v in self.values]
+        for buffers in (self.keys, self.values):
+            for i, buffer in enumerate(buffers):
+                buffers[i] = wider(buffer)
         self.capacity = capacity
 
 
@@ -244,7 +248,8 @@ class RolloutEngine:
         """One rollout per (instruction, question), in order; repeat an item G times for a GRPO group.
 
         Sampling draws only from `generator` (same seed and items → same rollouts); without one, a fresh generator
-        seeded from the operating system is used. A sample that cannot run carries its error instead of raising.
+        seeded from the operating system is used. A sample that cannot run (its prompt is too long, its context
+        window is full) carries its error instead of raising; a failing retriever fails the whole call.
         """
         rows = self._rows(items)
         live = [row for row in rows if row.error is None]
@@ -311,7 +316,8 @@ class RolloutEngine:
             owners.setdefault(prompt, row.instruction)
         group_of_prompt, shared = _shared_prefixes(prompts, [owners[p] for p in range(len(prompts))])
         longest = max(len(ids) for ids in prompts)
-        cache = _RowCache(len(shared), capacity=longest + self.settings.max_turn_tokens + 1)
+        margin = self.settings.max_turn_tokens + max(self.settings.max_obs_tokens, len(self._note_ids))
+        cache = _RowCache(len(shared), capacity=longest + self.settings.max_turn_tokens + 1, margin=margin)
         if any(shared):
             self._ingest(cache, list(range(len(shared))), [0] * len(shared), shared)
         cache.select_rows(torch.tensor(group_of_prompt, device=self.device))
@@ -463,7 +469,7 @@ class RolloutEngine:
     def _result(self, row: _Row) -> RolloutSample:
         text = self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
         return RolloutSample(
-            prompt_ids=row.prompt_ids,
+            prompt_ids=list(row.prompt_ids),  # the rows of a group share one list while running
             response_ids=row.response_ids,
             response_mask=row.response_mask,
             response_text=text,
@@ -479,6 +485,8 @@ class RolloutEngine:
         previous = self.model.config._attn_implementation
         was_training = self.model.training
         self.model.set_attn_implementation(GROUPED_SDPA)
+        if self.model.config._attn_implementation != GROUPED_SDPA:
+            raise NotImplementedError(f"{type(self.model).__name__} cannot switch to the engine's attention")
         self.model.eval()
         try:
             yield
@@ -492,15 +500,16 @@ class RolloutEngine:
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
     """One token per row from softmax(logits / temperature), restricted to the top-p nucleus when top_p < 1."""
-    logits = logits / temperature
+    if temperature != 1.0:
+        logits = logits / temperature
     if top_p < 1.0:
         ordered, order = logits.sort(dim=-1, descending=True)
         probs = ordered.softmax(dim=-1)
         outside = probs.cumsum(dim=-1) - probs > top_p  # the most likely token always stays
         ordered = ordered.masked_fill(outside, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
-    # Inverse-CDF sampling: one uniform draw per row instead of one per vocabulary entry (torch.multinomial's way,
-    # which costs more than the rest of a CPU decode step's sampling together). The CDF is summed in float64.
+    # Inverse-CDF sampling draws one uniform number per row; torch.multinomial draws one per vocabulary entry, which
+    # took about 15 % of a CPU decode step at batch 40. The CDF is summed in float64.
     cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
     draws = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64, device=_device_of(generator, cdf))
     chosen: torch.Tensor = torch.searchsorted(cdf, draws.to(cdf.device) * cdf[:, -1:], right=True)

@@ -207,10 +207,11 @@ def test_an_answer_ends_the_rollout_at_once(run):
     assert (sample.answer, sample.turns, sample.tool_calls) == ("4", 1, 0)
 
 
-def test_the_answer_comes_from_the_final_turn_never_from_the_example_tags_in_the_note(run):
+def test_the_answer_comes_from_the_final_turn_and_the_note_holds_no_answer(run):
     for sample in (run.samples[3], run.samples[4]):
-        assert "<answer> and </answer>" in sample.response_text  # INVALID_ACTION_NOTE shows the tags
+        assert INVALID_ACTION_NOTE.strip() in sample.response_text
         assert sample.answer == extract_answer(sample.response_text[sample.response_text.rfind("]") :])
+        assert sample.answer == extract_answer(sample.response_text)
 
 
 # -- tokens and masks ------------------------------------------------------------------------------------------
@@ -315,6 +316,15 @@ def test_top_p_keeps_only_the_nucleus():
     assert set(chosen[0::2].tolist()) == {0} and set(chosen[1::2].tolist()) == {3}
     wide = _sample(logits, 1.0, 0.99, torch.Generator().manual_seed(0))
     assert set(wide[0::2].tolist()) == {0, 1}
+
+
+def test_sampling_follows_the_softmax_of_the_logits():
+    logits = torch.tensor([[0.1, 0.2, 0.7, 0.0]]).log().repeat(20_000, 1)
+    chosen = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
+    frequencies = torch.bincount(chosen, minlength=4).double() / len(chosen)
+    assert torch.allclose(frequencies, torch.tensor([0.1, 0.2, 0.7, 0.0], dtype=torch.float64), atol=0.015)
+    hot = _sample(logits[:1000], 0.05, 1.0, torch.Generator().manual_seed(1))
+    assert set(hot.tolist()) == {2}
 
 
 def test_prompts_of_one_instruction_share_their_common_prefix_but_never_all_of_a_prompt():

@@ -1,0 +1,212 @@
+"""Benchmark of the torch backend's rollout engine against transformers' `generate` and the machine's matmul ceiling.
+
+    .venv/bin/python bench/rollout.py [--batch-questions 8 --group 5 --new-tokens 128 --threads N --repeats R]
+
+Both sides sample (temperature 1, top-p 1) exactly `--new-tokens` tokens for each of batch-questions × group
+prompts: `generate` with min_new_tokens = max_new_tokens, the engine with stop strings and EOS ignored for one turn
+of that many tokens. Tokens/s counts generated tokens; the time includes reading the prompts. The ceiling turns the
+GFLOP/s of a large float32 matmul into tokens/s at 2 × parameters FLOPs per token. The one-token runs time reading
+the prompts, so the differences show the decoding speed alone. On a shared machine, use --repeats: runs are
+interleaved and the fastest of each method is reported, with the CPU cores it got and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, _Row  # noqa: E402
+from inspo_engine.config import SEED_INSTRUCTION  # noqa: E402
+from inspo_engine.env.protocol import Passage  # noqa: E402
+from inspo_engine.types import Question  # noqa: E402
+
+QUESTIONS = (
+    "What is the capital of Peru?",
+    "Who wrote the play Hamlet?",
+    "Which river flows through Paris?",
+    "In which year did the Berlin Wall fall?",
+    "Who painted the ceiling of the Sistine Chapel?",
+    "What is the largest planet of the solar system?",
+    "Which element has the chemical symbol Fe?",
+    "Who was the first person to walk on the Moon?",
+    "What is the official language of Brazil?",
+    "Which ocean lies between Africa and Australia?",
+    "Who composed the Four Seasons?",
+    "What is the tallest mountain in Africa?",
+)
+
+
+class FixedPassages:
+    """A retriever that returns the same passages for every query."""
+
+    def search(self, queries: Any, k: int) -> list[list[Passage]]:
+        passage = Passage("0", "Lima", "Lima is the capital and the largest city of Peru.")
+        return [[passage] * k for _ in queries]
+
+
+class FixedLengthEngine(RolloutEngine):
+    """The engine with stop strings and EOS ignored, so that every turn runs to its token budget."""
+
+    def _turn_over(self, row: _Row, token: int) -> bool:
+        super()._turn_over(row, token)  # keep the cost of stop detection
+        return len(row.turn_ids) >= self.settings.max_turn_tokens
+
+
+@dataclass
+class Timing:
+    method: str
+    tokens: int
+    seconds: float
+    cpu_seconds: float
+    load: float
+
+    @property
+    def rate(self) -> float:
+        return self.tokens / self.seconds
+
+
+def timed(method: str, tokens: int, work: Callable[[], object]) -> Timing:
+    start, cpu = time.perf_counter(), time.process_time()
+    work()
+    seconds = time.perf_counter() - start
+    return Timing(method, tokens, seconds, time.process_time() - cpu, os.getloadavg()[0])
+
+
+def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best / 1e9
+
+
+def hf_generate(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_tokens: int) -> None:
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": instruction}, {"role": "user", "content": question.text}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for instruction, question in items
+    ]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    torch.manual_seed(0)  # generate samples from the global generator; this script owns it
+    out = model.generate(
+        **batch,
+        do_sample=True,
+        temperature=1.0,
+        top_p=1.0,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    assert out.shape[1] - batch["input_ids"].shape[1] == new_tokens
+
+
+def fixed_length_engine(model: Any, tokenizer: Any, new_tokens: int) -> FixedLengthEngine:
+    settings = RolloutSettings(
+        max_turns=1, max_turn_tokens=new_tokens, max_obs_tokens=500, max_prompt_length=4096, top_k=3
+    )
+    return FixedLengthEngine(model, tokenizer, FixedPassages(), settings, device=torch.device("cpu"))
+
+
+def engine_generate(engine: RolloutEngine, items: list[tuple[str, Question]], new_tokens: int) -> None:
+    samples = engine.generate(items, generator=torch.Generator().manual_seed(0))
+    assert all(len(s.response_ids) == new_tokens and s.error is None for s in samples)
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-questions", type=int, default=8)
+    parser.add_argument("--group", type=int, default=5)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--cache-dir", type=Path, default=REPO / "cache" / "models")
+    parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each method; the fastest counts")
+    parser.add_argument("--skip-hf", action="store_true", help="time only the engine (no speed-up line)")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_policy(
+        resolve_model(SMOLLM2, args.cache_dir), device=torch.device("cpu"), dtype=torch.float32
+    )
+    params = sum(p.numel() for p in model.parameters())
+    questions = [Question(f"q{i}", QUESTIONS[i % len(QUESTIONS)], ("",)) for i in range(args.batch_questions)]
+    items = [(SEED_INSTRUCTION, q) for q in questions for _ in range(args.group)]
+    with torch.inference_mode():
+        engine_generate(fixed_length_engine(model, tokenizer, 2), items[:2], 2)  # warm-ups
+        hf_generate(model, tokenizer, items[:2], 2)
+        gflops = matmul_gflops()
+        best: list[Timing] = []
+        for _ in range(args.repeats):  # interleaved; the fastest of each is kept (others share this machine)
+            rows = ([] if args.skip_hf else time_hf(model, tokenizer, items, args.new_tokens)) + time_engine(
+                model, tokenizer, items, args.new_tokens
+            )
+            best = [min(a, b, key=lambda t: t.seconds) for a, b in zip(best, rows, strict=True)] if best else rows
+    report(args, params, gflops, best)
+
+
+def time_engine(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_tokens: int) -> list[Timing]:
+    """The full run, then a one-token run (reading the prompts) to split prompt reading from decoding."""
+    full, one = (fixed_length_engine(model, tokenizer, n) for n in (new_tokens, 1))
+    return [
+        timed("RolloutEngine", len(items) * new_tokens, lambda: engine_generate(full, items, new_tokens)),
+        timed("RolloutEngine, 1 token (prompts)", len(items), lambda: engine_generate(one, items, 1)),
+    ]
+
+
+def time_hf(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_tokens: int) -> list[Timing]:
+    return [
+        timed(
+            "transformers generate", len(items) * new_tokens, lambda: hf_generate(model, tokenizer, items, new_tokens)
+        ),
+        timed("transformers generate, 1 token (prompts)", len(items), lambda: hf_generate(model, tokenizer, items, 1)),
+    ]
+
+
+def report(args: argparse.Namespace, params: int, gflops: float, rows: list[Timing]) -> None:
+    ceiling = gflops * 1e9 / (2 * params)
+    print(
+        f"SmolLM2-135M-Instruct ({params / 1e6:.1f} M parameters), CPU float32, {torch.get_num_threads()} torch "
+        f"threads, {os.cpu_count()} CPUs; batch {args.batch_questions} questions × G = {args.group}, "
+        f"{args.new_tokens} new tokens each"
+    )
+    print(f"matmul ceiling: {gflops:.0f} GFLOP/s ≈ {ceiling:.0f} tokens/s\n")
+    print("| method | tokens | seconds | tokens/s | fraction of ceiling | CPU use (cores) | load avg (1 min) |")
+    print("|---|---|---|---|---|---|---|")
+    for t in rows:
+        print(
+            f"| {t.method} | {t.tokens} | {t.seconds:.1f} | {t.rate:.1f} | {t.rate / ceiling:.2f} | "
+            f"{t.cpu_seconds / t.seconds:.2f} | {t.load:.2f} |"
+        )
+    for full, one in zip(rows[::2], rows[1::2], strict=True):
+        decode = (full.tokens - one.tokens) / (full.seconds - one.seconds)
+        print(
+            f"| {full.method}, decoding only (difference) | {full.tokens - one.tokens} | "
+            f"{full.seconds - one.seconds:.1f} | {decode:.1f} | {decode / ceiling:.2f} | | |"
+        )
+    if len(rows) == 4:
+        print(f"\nrollout_speedup_vs_hf={rows[2].rate / rows[0].rate:.2f}")
+
+
+if __name__ == "__main__":
+    main()
