@@ -119,7 +119,7 @@ class DatabaseSink:
         self.flushes = 0
         self.instructions: dict[str, int] = dict(Instruction.objects.filter(run_id=run_id).values_list("key", "pk"))
         rounds = EvolutionRound.objects.filter(run_id=run_id).order_by("id").values_list("key", "pk")
-        self.rounds: dict[str, int] = dict(rounds)  # a key used twice ("init") maps to its newest round
+        self.rounds: dict[str, int] = dict(rounds)
         self.handlers: dict[str, Callable[[Any, _Batch], None]] = {
             "instruction_added": self._on_instruction_added,
             "step_completed": self._on_step_completed,
@@ -227,8 +227,6 @@ class DatabaseSink:
     def _on_instruction_added(self, event: ev.InstructionAdded, batch: _Batch) -> None:
         info = event.instruction
         round_pk = self.rounds.get(event.round_id) if event.round_id else None
-        if round_pk is None and info.origin == "paraphrase":
-            round_pk = self.rounds.get("init")
         instruction, _ = Instruction.objects.update_or_create(
             run_id=self.run_id,
             key=info.id,
