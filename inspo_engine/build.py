@@ -5,19 +5,27 @@ The CLI and the web app's workers both start runs through `build_run`, so a run 
 
 from __future__ import annotations
 
+import json
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .backends.base import PolicyBackend
-from .coevolution import CoEvolution, needs_optimizer
+from .coevolution import STATE_FILE, CoEvolution, needs_optimizer
 from .config import RunConfig
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
+from .env.rewards import f1
 from .events import EventSink
 from .optimizers import OptimizerClient, build_optimizer
-from .types import Question
+from .population import Instruction, Population
+from .types import Question, Trajectory
+
+if TYPE_CHECKING:
+    from .backends.torch.backend import TorchBackend
 
 
 @dataclass
@@ -95,3 +103,34 @@ def build_run(
         eval_sets=inputs.eval_sets,
         should_stop=should_stop,
     )
+
+
+# -- evaluating a checkpoint (the CLI's `eval` and the web app's evaluation task) -------------------------------
+
+
+def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
+    """I* of the population saved with a checkpoint."""
+    state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
+    pop = config.population
+    population = Population(max_size=64, n_parents=1, temperature=pop.temperature, weight_window=pop.weight_window)
+    population.load_state(state["population"])
+    return population.best()
+
+
+def checkpoint_policy(config: RunConfig, policy_dir: Path, cache_dir: Path) -> TorchBackend:
+    """A checkpoint's policy (its `policy/` Hugging Face directory) with the run's retriever, ready to `answer`."""
+    from .backends.torch.backend import TorchBackend
+
+    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
+    retriever = make_retriever(config, corpus, cache_dir)
+    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
+
+
+def answer_scores(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """Mean EM (the trajectories' reward) and token F1 of greedy answers; 0 for none."""
+    if not trajectories:
+        return {"em": 0.0, "f1": 0.0}
+    return {
+        "em": statistics.fmean(t.reward for t in trajectories),
+        "f1": statistics.fmean(f1(t.answer, t.question.golden_answers) for t in trajectories),
+    }

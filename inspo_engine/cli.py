@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -200,42 +199,24 @@ def api_key_for(config: RunConfig) -> str | None:
 
 
 def command_eval(args: argparse.Namespace) -> int:
-    from .backends.torch.backend import TorchBackend, answer_f1
-    from .build import make_retriever
+    from .build import answer_scores, checkpoint_best, checkpoint_policy
     from .coevolution import POLICY_DIR, STATE_FILE
-    from .env.datasets import load_corpus, load_questions
-    from .population import Population
+    from .env.datasets import load_questions
 
     state_file = args.checkpoint / STATE_FILE
     if not state_file.exists():
         raise UsageError(f"{args.checkpoint} is not a checkpoint (no {STATE_FILE})")
-    state = json.loads(state_file.read_text(encoding="utf-8"))
-    config = RunConfig.from_dict(state["config"])
+    config = RunConfig.from_dict(json.loads(state_file.read_text(encoding="utf-8"))["config"])
     if args.instruction:
         instruction = args.instruction.read_text(encoding="utf-8").strip()
     else:
-        population = Population(
-            max_size=64,
-            n_parents=1,
-            temperature=config.population.temperature,
-            weight_window=config.population.weight_window,
-        )
-        population.load_state(state["population"])
-        instruction = population.best().text
-    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
-    retriever = make_retriever(config, corpus, args.cache_dir)
-    backend = TorchBackend(
-        config, retriever=retriever, cache_dir=args.cache_dir / "models", model_path=args.checkpoint / POLICY_DIR
-    )
-    rows = []
-    for name in args.dataset:
-        trajectories = backend.answer(instruction, load_questions(name, args.split, limit=args.limit))
-        em = statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0
-        f1 = statistics.fmean(answer_f1(t) for t in trajectories) if trajectories else 0.0
-        rows.append({"benchmark": name, "n": len(trajectories), "em": em, "f1": f1})
+        instruction = checkpoint_best(args.checkpoint, config).text
+    policy = checkpoint_policy(config, args.checkpoint / POLICY_DIR, args.cache_dir)
     print("| benchmark | n | EM | F1 |\n|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['benchmark']} | {row['n']} | {row['em']:.3f} | {row['f1']:.3f} |")
+    for name in args.dataset:
+        trajectories = policy.answer(instruction, load_questions(name, args.split, limit=args.limit))
+        scores = answer_scores(trajectories)
+        print(f"| {name} | {len(trajectories)} | {scores['em']:.3f} | {scores['f1']:.3f} |")
     return 0
 
 

@@ -6,20 +6,18 @@ from the population saved beside it.
 
 from __future__ import annotations
 
-import json
 import logging
-import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from inspo_engine.coevolution import POLICY_DIR, STATE_FILE
+from inspo_engine.build import answer_scores, checkpoint_best, checkpoint_policy
+from inspo_engine.coevolution import POLICY_DIR
 from inspo_engine.config import RunConfig
-from inspo_engine.population import Population
 from inspo_engine.types import Question, Trajectory
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
 
@@ -36,28 +34,7 @@ AnswererFactory = Callable[[RunConfig, Path], Answerer]
 
 
 def torch_answerer(config: RunConfig, policy_dir: Path) -> Answerer:
-    from inspo_engine.backends.torch.backend import TorchBackend
-    from inspo_engine.build import make_retriever
-    from inspo_engine.env.datasets import load_corpus
-
-    cache_dir = Path(settings.INSPO_CACHE_DIR)
-    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
-    retriever = make_retriever(config, corpus, cache_dir)
-    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
-
-
-def checkpoint_best_instruction(checkpoint_dir: Path, config: RunConfig) -> tuple[str, str]:
-    """(engine id, text) of the best instruction in the population saved with the checkpoint."""
-    state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
-    population = Population(
-        max_size=64,
-        n_parents=1,
-        temperature=config.population.temperature,
-        weight_window=config.population.weight_window,
-    )
-    population.load_state(state["population"])
-    best = population.best()
-    return best.id, best.text
+    return checkpoint_policy(config, policy_dir, Path(settings.INSPO_CACHE_DIR))
 
 
 def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = None) -> str:
@@ -87,22 +64,16 @@ def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = No
 
 def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluation]:
     from inspo_engine.env.datasets import load_questions
-    from inspo_engine.env.rewards import f1
 
     config = RunConfig.from_dict(request.run.config)
     checkpoint_dir = Path(request.checkpoint.path)
-    key, text = checkpoint_best_instruction(checkpoint_dir, config)
-    instruction = Instruction.objects.filter(run=request.run, key=key).first()
+    best = checkpoint_best(checkpoint_dir, config)
+    instruction = Instruction.objects.filter(run=request.run, key=best.id).first()
     policy = make(config, checkpoint_dir / POLICY_DIR)
     rows: list[Evaluation] = []
     for benchmark in request.benchmarks:
-        trajectories = policy.answer(text, load_questions(benchmark, "test", limit=request.limit))
-        scores: dict[str, Any] = {
-            "em": statistics.fmean(t.reward for t in trajectories) if trajectories else 0.0,
-            "f1": statistics.fmean(f1(t.answer, t.question.golden_answers) for t in trajectories)
-            if trajectories
-            else 0.0,
-        }
+        trajectories = policy.answer(best.text, load_questions(benchmark, "test", limit=request.limit))
+        scores = answer_scores(trajectories)
         rows += [
             Evaluation(
                 run=request.run,

@@ -12,7 +12,7 @@ import torch
 
 from ...config import RunConfig
 from ...env.protocol import Retriever
-from ...env.rewards import exact_match, f1
+from ...env.rewards import exact_match
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, UpdateResult
 from .grpo import GRPOTrainer, group_advantages
@@ -56,16 +56,9 @@ class TorchBackend:
     # -- PolicyBackend -------------------------------------------------------------------------------------
 
     def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
-        items = [(r.instruction, r.question) for r in requests for _ in range(group_size)]
-        samples = self.engine.generate(items, generator=self.generator)
-        flat = [
-            _trajectory(r.instruction_id, r.question, sample)
-            for r, sample in zip(
-                [r for r in requests for _ in range(group_size)],
-                samples,
-                strict=True,
-            )
-        ]
+        repeated = [r for r in requests for _ in range(group_size)]
+        samples = self.engine.generate([(r.instruction, r.question) for r in repeated], generator=self.generator)
+        flat = [_trajectory(r.instruction_id, r.question, s) for r, s in zip(repeated, samples, strict=True)]
         return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
 
     def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
@@ -115,8 +108,3 @@ def _trajectory(instruction_id: str, question: Question, sample: RolloutSample) 
         error=sample.error,
         payload=sample,
     )
-
-
-def answer_f1(trajectory: Trajectory) -> float:
-    """Token F1 of a trajectory's answer against its question's gold answers (reported beside EM)."""
-    return f1(trajectory.answer, trajectory.question.golden_answers)
