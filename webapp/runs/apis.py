@@ -103,6 +103,8 @@ class RunListCreateApi(APIView):
         tag = serializers.CharField(max_length=64, required=False)
         creator = serializers.CharField(max_length=150, required=False)
         team = serializers.SlugField(required=False)
+        preset = serializers.ChoiceField(choices=PRESET_NAMES, required=False)
+        ordering = serializers.ChoiceField(choices=selectors.RUN_ORDERINGS, required=False)
 
     class RunCreateInput(serializers.Serializer[Any]):
         team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
@@ -384,6 +386,55 @@ class CheckpointArchiveApi(APIView):
             response["ETag"] = f'"{checkpoint.sha256}"'
         _attachment(response, f"{run.pk}-step-{checkpoint.step:06d}.tar")
         return response
+
+
+# -- comparing runs ----------------------------------------------------------------------------------------------
+
+
+class CompareApi(APIView):
+    class CompareInput(serializers.Serializer[Any]):
+        runs = serializers.ListField(
+            child=serializers.UUIDField(),
+            min_length=1,
+            max_length=selectors.MAX_COMPARED_RUNS,
+            help_text="Run ids: repeat the parameter (runs=a&runs=b) or separate them with commas.",
+        )
+        baseline = serializers.UUIDField(required=False, help_text="One of `runs`: deltas are against it.")
+        metric = serializers.CharField(max_length=32, default="em", help_text="The benchmark metric (em or f1).")
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if "baseline" in attrs and attrs["baseline"] not in attrs["runs"]:
+                raise serializers.ValidationError({"baseline": ["must be one of the compared runs"]})
+            return attrs
+
+    @extend_schema(
+        parameters=[CompareInput],
+        responses=_ANY_OBJECT,
+        operation_id="runs_compare",
+        description="Fig. 2 series, the benchmark table (best per column), the differing config fields and deltas "
+        "against a baseline, for up to 12 runs.",
+    )
+    def get(self, request: Request) -> Response:
+        user = acting_user(request)
+        ids = [part for value in request.query_params.getlist("runs") for part in value.split(",") if part]
+        data = self.CompareInput(data={**request.query_params.dict(), "runs": ids})
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        runs = selectors.runs_get(user=user, run_ids=values["runs"])
+        baseline = next((run for run in runs if run.pk == values.get("baseline")), None)
+        return Response(selectors.run_compare(runs=runs, metric=values["metric"], baseline=baseline))
+
+
+class PingApi(APIView):
+    """A trivial authenticated endpoint: health checks, and the baseline of bench/api.py."""
+
+    @extend_schema(
+        responses=inline_serializer("Ping", {"ok": serializers.BooleanField()}),
+        operation_id="ping",
+    )
+    def get(self, request: Request) -> Response:
+        acting_user(request)
+        return Response({"ok": True})
 
 
 # -- presets -----------------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from webapp.accounts.permissions import AnyUser
 
 from .models import (
     Checkpoint,
+    Evaluation,
     EvaluationRequest,
     EvolutionRound,
     Instruction,
@@ -39,6 +40,10 @@ SERIES_FIELDS = (
     "pg_loss",
 )
 
+RUN_ORDERINGS = ("created_at", "-created_at", "name", "-name", "status", "-status", "step", "-step")
+COMPARE_SERIES = ("reward_mean", "tool_calls_mean", "response_length_mean", "instruction_length_mean")
+MAX_COMPARED_RUNS = 12
+
 
 def run_list(
     *,
@@ -47,8 +52,11 @@ def run_list(
     tag: str | None = None,
     creator: str | None = None,
     team: str | None = None,
+    preset: str | None = None,
+    ordering: str | None = None,
 ) -> QuerySet[Run]:
-    """Runs of the user's teams, newest first; filters by status, tag, creator's username and team slug."""
+    """Runs of the user's teams, newest first unless `ordering` (one of RUN_ORDERINGS) says otherwise; filters by
+    status, tag, creator's username, team slug and preset."""
     if not user.is_authenticated:
         return Run.objects.none()
     runs = Run.objects.filter(team__memberships__user=user)
@@ -60,7 +68,14 @@ def run_list(
         runs = runs.filter(creator__username=creator)
     if team:
         runs = runs.filter(team__slug=team)
-    return runs.select_related("team", "creator", "best_instruction").prefetch_related("tags").order_by("-created_at")
+    if preset:
+        runs = runs.filter(preset=preset)
+    order = ordering if ordering in RUN_ORDERINGS else "-created_at"
+    return (
+        runs.select_related("team", "creator", "best_instruction")
+        .prefetch_related("tags")
+        .order_by(order, "-created_at", "pk")
+    )
 
 
 def run_get(*, user: AnyUser, run_id: UUID | str) -> Run:
@@ -277,4 +292,122 @@ def best_instruction(*, run: Run) -> dict[str, Any] | None:
         "weight": _last_weight(run, best),
         "verify_score": best.verify_score,
         "lineage": [_instruction_node(ins, keys) for ins in chain],
+    }
+
+
+# -- comparing runs ----------------------------------------------------------------------------------------------
+
+
+def runs_get(*, user: AnyUser, run_ids: list[UUID]) -> list[Run]:
+    """Several runs of the user's teams in the order asked; 404 if any is missing or another team's."""
+    wanted = list(dict.fromkeys(run_ids))
+    found = {run.pk: run for run in run_list(user=user).filter(pk__in=wanted)}
+    if len(found) != len(wanted):
+        raise Http404("no such run")
+    return [found[pk] for pk in wanted]
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Dotted field names of a nested config: `{"grpo": {"lr": 1e-6}}` → `{"grpo.lr": 1e-6}`."""
+    flat: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(_flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def config_diff(runs: list[Run]) -> list[dict[str, Any]]:
+    """The config fields whose values are not the same in every run, in field order; a field a run lacks is None."""
+    flat = {str(run.pk): _flatten(run.config) for run in runs}
+    fields = sorted({name for values in flat.values() for name in values})
+    diff = []
+    for name in fields:
+        values = {run_id: config.get(name) for run_id, config in flat.items()}
+        if len({repr(v) for v in values.values()}) > 1:
+            diff.append({"field": name, "values": values})
+    return diff
+
+
+def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
+    """Table 1 of the paper for these runs: rows are runs, columns the benchmarks any of them was evaluated on,
+    each cell the newest value of `metric`; `average` is over the run's benchmarks; `best` names the run with the
+    highest value of each column (ties: the first run)."""
+    newest: dict[str, dict[str, float]] = defaultdict(dict)
+    rows = (
+        Evaluation.objects.filter(run__in=runs, metric=metric)
+        .order_by("run_id", "benchmark", "step", "id")
+        .values_list("run_id", "benchmark", "value")
+    )
+    for run_id, benchmark, value in rows:
+        newest[str(run_id)][benchmark] = value
+    columns = sorted({benchmark for values in newest.values() for benchmark in values})
+    table = []
+    for run in runs:
+        values = newest.get(str(run.pk), {})
+        average = sum(values.values()) / len(values) if values else None
+        table.append({"run_id": str(run.pk), "values": values, "average": average})
+    best: dict[str, str] = {}
+    for column in [*columns, "average"]:
+        scored = [
+            (row["average"] if column == "average" else row["values"].get(column), row["run_id"]) for row in table
+        ]
+        present = [(value, run_id) for value, run_id in scored if value is not None]
+        if present:
+            best[column] = max(present, key=lambda pair: pair[0])[1]
+    return {"metric": metric, "columns": columns, "rows": table, "best": best}
+
+
+def benchmark_deltas(table: dict[str, Any], *, baseline: str) -> dict[str, dict[str, float]]:
+    """Each other run's value minus the baseline's, per column the both have (and the average)."""
+    rows = {row["run_id"]: row for row in table["rows"]}
+    base = rows[baseline]
+    deltas: dict[str, dict[str, float]] = {}
+    for run_id, row in rows.items():
+        if run_id == baseline:
+            continue
+        delta = {
+            column: row["values"][column] - base["values"][column]
+            for column in table["columns"]
+            if column in row["values"] and column in base["values"]
+        }
+        if row["average"] is not None and base["average"] is not None:
+            delta["average"] = row["average"] - base["average"]
+        deltas[run_id] = delta
+    return deltas
+
+
+def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = None) -> dict[str, Any]:
+    """Everything the compare page shows: the Fig. 2 series of each run, the benchmark table, the config fields
+    that differ, and deltas against the baseline run (one of `runs`)."""
+    series: dict[str, dict[str, list[Any]]] = {}
+    for run in runs:
+        rows = list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", *COMPARE_SERIES))
+        columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(len(COMPARE_SERIES) + 1)]
+        series[str(run.pk)] = {
+            name: list(column) for name, column in zip(("step", *COMPARE_SERIES), columns, strict=True)
+        }
+    table = benchmark_table(runs, metric=metric)
+    baseline_id = str(baseline.pk) if baseline is not None else None
+    return {
+        "runs": [
+            {
+                "id": str(run.pk),
+                "name": run.name,
+                "status": run.status,
+                "preset": run.preset,
+                "backend": run.backend,
+                "step": run.step,
+                "total_steps": run.total_steps,
+                "tags": run_tag_names(run=run),
+            }
+            for run in runs
+        ],
+        "series": series,
+        "benchmarks": table,
+        "config_diff": config_diff(runs),
+        "baseline": baseline_id,
+        "deltas": benchmark_deltas(table, baseline=baseline_id) if baseline_id else {},
     }

@@ -5,7 +5,9 @@ from django.urls import path
 from . import apis, views
 
 api_urlpatterns = [
+    path("ping/", apis.PingApi.as_view(), name="ping"),
     path("presets/", apis.PresetListApi.as_view(), name="presets"),
+    path("compare/", apis.CompareApi.as_view(), name="compare"),
     path("runs/", apis.RunListCreateApi.as_view(), name="runs"),
     path("runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run"),
     path("runs/<uuid:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run-cancel"),
