@@ -341,22 +341,20 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
         .order_by("run_id", "benchmark", "step", "id")
         .values_list("run_id", "benchmark", "value")
     )
-    for run_id, benchmark, value in rows:
-        newest[str(run_id)][benchmark] = value
+    for pk, benchmark, value in rows:
+        newest[str(pk)][benchmark] = value
     columns = sorted({benchmark for values in newest.values() for benchmark in values})
-    table = []
+    cells: dict[str, dict[str, float]] = {}  # column → run id → value
+    table: list[dict[str, Any]] = []
     for run in runs:
-        values = newest.get(str(run.pk), {})
+        run_id = str(run.pk)
+        values = newest.get(run_id, {})
         average = sum(values.values()) / len(values) if values else None
-        table.append({"run_id": str(run.pk), "values": values, "average": average})
-    best: dict[str, str] = {}
-    for column in [*columns, "average"]:
-        scored = [
-            (row["average"] if column == "average" else row["values"].get(column), row["run_id"]) for row in table
-        ]
-        present = [(value, run_id) for value, run_id in scored if value is not None]
-        if present:
-            best[column] = max(present, key=lambda pair: pair[0])[1]
+        table.append({"run_id": run_id, "values": values, "average": average})
+        for column, value in [*values.items(), ("average", average)]:
+            if value is not None:
+                cells.setdefault(column, {})[run_id] = value
+    best = {column: max(by_run, key=by_run.__getitem__) for column, by_run in cells.items()}
     return {"metric": metric, "columns": columns, "rows": table, "best": best}
 
 
