@@ -351,9 +351,9 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
         values = newest.get(run_id, {})
         average = sum(values.values()) / len(values) if values else None
         table.append({"run_id": run_id, "values": values, "average": average})
-        for column, value in [*values.items(), ("average", average)]:
-            if value is not None:
-                cells.setdefault(column, {})[run_id] = value
+        scored = {**values, "average": average} if average is not None else {}
+        for column, score in scored.items():
+            cells.setdefault(column, {})[run_id] = score
     best = {column: max(by_run, key=by_run.__getitem__) for column, by_run in cells.items()}
     return {"metric": metric, "columns": columns, "rows": table, "best": best}
 
