@@ -31,6 +31,8 @@ class ApiTokenAuthentication(TokenAuthentication):
         if not token.user.is_active:
             raise exceptions.AuthenticationFailed("user inactive or deleted")
         now = timezone.now()
-        stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
-        ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
+        if token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION:
+            # Conditional, so that concurrent requests with one token write it once per resolution.
+            stale = Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
+            ApiToken.objects.filter(stale, pk=token.pk).update(last_used_at=now)
         return token.user, token

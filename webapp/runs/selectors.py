@@ -124,31 +124,25 @@ def run_population_history(*, run: Run) -> list[dict[str, Any]]:
     """Every population snapshot in order, each member with weight, sampling probability, samples, mean reward."""
     keys = dict(Instruction.objects.filter(run=run).values_list("pk", "key"))
     members: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for m in (
+    rows = (
         PopulationMember.objects.filter(snapshot__run=run)
         .order_by("snapshot_id", "-weight", "instruction_id")
-        .values("snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward")
-    ):
-        members[m["snapshot_id"]].append(
+        .values_list("snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward")
+    )
+    for snapshot_id, instruction_id, weight, probability, samples, mean_reward in rows:
+        members[snapshot_id].append(
             {
-                "id": keys.get(m["instruction_id"]),
-                "weight": m["weight"],
-                "probability": m["probability"],
-                "samples": m["samples"],
-                "mean_reward": m["mean_reward"],
+                "id": keys.get(instruction_id),
+                "weight": weight,
+                "probability": probability,
+                "samples": samples,
+                "mean_reward": mean_reward,
             }
         )
+    snapshots = PopulationSnapshot.objects.filter(run=run).order_by("step", "id")
     return [
-        {
-            "step": s["step"],
-            "reason": s["reason"],
-            "best_id": keys.get(s["best_id"]),
-            "time": s["time"],
-            "members": members[s["id"]],
-        }
-        for s in PopulationSnapshot.objects.filter(run=run)
-        .order_by("step", "id")
-        .values("id", "step", "reason", "best_id", "time")
+        {"step": step, "reason": reason, "best_id": keys.get(best_id), "time": time, "members": members[pk]}
+        for pk, step, reason, best_id, time in snapshots.values_list("id", "step", "reason", "best_id", "time")
     ]
 
 
