@@ -193,7 +193,12 @@ def _round_dict(r: EvolutionRound, keys: dict[int, str]) -> dict[str, Any]:
 def run_lineage(*, run: Run) -> dict[str, Any]:
     """The lineage graph: instructions as nodes, parent → child edges, and every optimizer round with its
     critique, the failures it was shown and each candidate's verdict."""
-    instructions = list(Instruction.objects.filter(run=run).select_related("round").order_by("birth_step", "id"))
+    instructions = list(
+        Instruction.objects.filter(run=run)
+        .select_related("round")
+        .defer("round__failures")
+        .order_by("birth_step", "id")
+    )
     keys = {ins.pk: ins.key for ins in instructions}
     rounds = EvolutionRound.objects.filter(run=run).order_by("step", "id").prefetch_related("candidates")
     return {
