@@ -1,0 +1,23 @@
+/** Entry point: mounts the page named by the root element's `data-page` (the Django template decides). */
+
+import "./styles.css";
+import { Api } from "./api";
+import { comparePage } from "./pages/compare";
+import { lineagePage } from "./pages/lineage";
+import { listPage } from "./pages/list";
+import { runPage } from "./pages/run";
+import { trajectoriesPage } from "./pages/trajectories";
+
+const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | void> = {
+  run: runPage,
+  lineage: lineagePage,
+  trajectories: trajectoriesPage,
+  compare: comparePage,
+  list: listPage,
+};
+
+const root = document.getElementById("app");
+const page = root?.dataset.page;
+if (root && page && page in PAGES) {
+  void PAGES[page](root, new Api(root.dataset.api ?? "/api/v1/"));
+}

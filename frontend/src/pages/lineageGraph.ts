@@ -1,0 +1,135 @@
+/** The lineage graph: instructions placed as a family tree, coloured by origin, styled by state (alive, pruned,
+ * best), with optional nodes for the rejected candidates of each round. */
+
+import { createChart, ORIGIN_COLORS, type Chart } from "../charts";
+import { escapeHtml } from "../dom";
+import { layoutLineage } from "../transforms/lineageLayout";
+import type { Lineage, LineageNode } from "../types";
+
+export type NodeState = "best" | "alive" | "pruned";
+
+export function nodeState(node: LineageNode, bestId: string | null): NodeState {
+  if (node.id === bestId) return "best";
+  return node.retired_step === null ? "alive" : "pruned";
+}
+
+interface GraphNode {
+  id: string;
+  parent_id: string | null;
+  origin: string;
+  label: string;
+  tooltip: string;
+  state: NodeState | "rejected";
+}
+
+const X_GAP = 70;
+const Y_GAP = 90;
+
+/** Graph nodes: the instructions, then (if asked) one per rejected candidate, hanging off its round's parent. */
+function graphNodes(lineage: Lineage, bestId: string | null, withRejected: boolean): GraphNode[] {
+  const nodes: GraphNode[] = lineage.nodes.map((node) => ({
+    id: node.id,
+    parent_id: node.parent_id,
+    origin: node.origin,
+    label: node.id,
+    tooltip: `${node.id} · ${node.origin} · born at step ${node.birth_step}\n${node.text.slice(0, 240)}`,
+    state: nodeState(node, bestId),
+  }));
+  if (withRejected) {
+    for (const round of lineage.rounds) {
+      round.candidates.forEach((candidate, i) => {
+        if (candidate.accepted) return;
+        nodes.push({
+          id: `${round.id}#${i + 1}`,
+          parent_id: round.parent_id,
+          origin: "candidate",
+          label: "",
+          tooltip: `Rejected at step ${round.step}: ${candidate.reason ?? "not selected"}\n${candidate.text.slice(0, 240)}`,
+          state: "rejected",
+        });
+      });
+    }
+  }
+  return nodes;
+}
+
+export class LineageGraph {
+  private readonly chart: Chart;
+
+  constructor(element: HTMLElement, onSelect: (id: string) => void) {
+    this.chart = createChart(element, "Lineage of the run's instructions");
+    this.chart.on("click", (params) => {
+      const data = params.data as { id?: string; rejected?: boolean } | undefined;
+      if (params.dataType === "node" && data?.id && !data.rejected) onSelect(data.id);
+    });
+  }
+
+  draw(lineage: Lineage, bestId: string | null, selected: string | null, withRejected: boolean): void {
+    const nodes = graphNodes(lineage, bestId, withRejected);
+    const layout = layoutLineage(nodes);
+    const origins = [...new Set(nodes.map((n) => n.origin))];
+    const data = nodes.map((node) => {
+      const placed = layout.byId.get(node.id);
+      const isSelected = node.id === selected;
+      return {
+        id: node.id,
+        name: node.label,
+        x: (placed?.x ?? 0) * X_GAP,
+        y: (placed?.depth ?? 0) * Y_GAP,
+        category: origins.indexOf(node.origin),
+        rejected: node.state === "rejected",
+        tooltipText: node.tooltip,
+        symbol: node.state === "rejected" ? "emptyCircle" : "circle",
+        symbolSize: node.state === "rejected" ? 9 : node.state === "best" ? 26 : 18,
+        itemStyle: {
+          opacity: node.state === "pruned" ? 0.4 : 1,
+          borderColor: isSelected ? "#000" : node.state === "best" ? "#d4a000" : "#fff",
+          borderWidth: isSelected ? 3 : node.state === "best" ? 4 : 1,
+          borderType: node.state === "pruned" ? "dashed" : "solid",
+        },
+        label: { show: node.state !== "rejected" },
+      };
+    });
+    const links = nodes
+      .filter((node) => layout.byId.get(node.id)?.parent)
+      .map((node) => ({
+        source: layout.byId.get(node.id)?.parent as string,
+        target: node.id,
+        lineStyle: node.state === "rejected" ? { type: "dotted", opacity: 0.5 } : {},
+      }));
+    this.chart.setOption(
+      {
+        animation: false,
+        aria: { enabled: true },
+        tooltip: {
+          trigger: "item",
+          formatter: (p: { dataType: string; data: { tooltipText?: string } }) =>
+            p.dataType === "node" ? escapeHtml(p.data.tooltipText ?? "").replace(/\n/g, "<br>") : "",
+          extraCssText: "max-width: 22rem; white-space: normal;",
+        },
+        legend: { data: origins, bottom: 0, selectedMode: false },
+        series: [
+          {
+            type: "graph",
+            layout: "none",
+            roam: true,
+            top: 24,
+            bottom: 40,
+            left: 32,
+            right: 32,
+            categories: origins.map((origin) => ({ name: origin, itemStyle: { color: ORIGIN_COLORS[origin] ?? "#888" } })),
+            label: { position: "bottom", fontSize: 10, color: "#333" },
+            labelLayout: { hideOverlap: true },
+            lineStyle: { color: "#999", width: 1.5, curveness: 0 },
+            edgeSymbol: ["none", "arrow"],
+            edgeSymbolSize: 6,
+            emphasis: { focus: "adjacency" },
+            data,
+            links,
+          },
+        ],
+      },
+      { notMerge: true },
+    );
+  }
+}

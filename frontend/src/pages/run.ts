@@ -1,0 +1,238 @@
+/** The run page: live status, progress, ETA and population while the run is active, the Fig. 2 panels, the
+ * population's shares and the evolution markers, the best instruction, and the config's changes from its preset. */
+
+import { Api, describeError } from "../api";
+import { byTestId, fill, formatNumber, h } from "../dom";
+import { configDiff, formatValue } from "../transforms/configDiff";
+import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
+import { evolutionMarkers, lastPerStep, populationShares } from "../transforms/population";
+import {
+  ACTIVE_STATUSES,
+  type Lineage,
+  type MetricSeries,
+  type PopulationHistory,
+  type Run,
+} from "../types";
+import { RunCharts, type ShareMode } from "./runCharts";
+
+/** Often enough to feel live, rare enough that a dozen open tabs do not load the server. */
+const POLL_MS = 4000;
+
+interface RunData {
+  run: Run;
+  metrics: MetricSeries;
+  population: PopulationHistory;
+  lineage: Lineage;
+}
+
+export async function runPage(root: HTMLElement, api: Api): Promise<void> {
+  const runId = root.dataset.runId as string;
+  const charts = new RunCharts(root);
+  const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
+  const shareMode = byTestId<HTMLSelectElement>(root, "share-mode");
+  const load = async (run?: Run): Promise<RunData> => {
+    const [current, metrics, population, lineage] = await Promise.all([
+      run ?? api.get<Run>(`runs/${runId}/`),
+      api.get<MetricSeries>(`runs/${runId}/metrics/`),
+      api.get<PopulationHistory>(`runs/${runId}/population/`),
+      api.get<Lineage>(`runs/${runId}/lineage/`),
+    ]);
+    return { run: current, metrics, population, lineage };
+  };
+
+  let data: RunData;
+  try {
+    data = await load();
+  } catch (error) {
+    showError(root, error);
+    return;
+  }
+  const draw = () => {
+    const markers = evolutionMarkers(data.lineage.rounds, data.population.snapshots);
+    const maxStep = Math.max(data.run.total_steps, data.metrics.step.at(-1) ?? 0);
+    charts.drawPanels(data.metrics, Number(smoothing.value), markers, maxStep);
+    charts.drawPopulation(populationShares(data.population.snapshots), shareMode.value as ShareMode, maxStep);
+    charts.drawEvolution(markers, maxStep);
+    byTestId(root, "charts-empty").hidden = data.metrics.step.length > 0;
+  };
+  const refresh = () => {
+    renderStatus(root, data);
+    renderPopulation(root, data);
+    renderBest(root, api, data.run);
+    draw();
+  };
+  smoothing.addEventListener("input", () => {
+    byTestId(root, "smoothing-value").textContent = Number(smoothing.value).toFixed(2);
+    draw();
+  });
+  shareMode.addEventListener("change", draw);
+  refresh();
+  void renderPresetChanges(root, api, data.run);
+
+  if (!isActive(data.run)) return;
+  const poll = async () => {
+    if (!document.hidden) {
+      try {
+        const run = await api.get<Run>(`runs/${runId}/`);
+        if (!isActive(run)) {
+          // The server-rendered parts (checkpoints, evaluations, the action buttons) change at the end: reload.
+          window.location.reload();
+          return;
+        }
+        data = run.step !== data.run.step ? await load(run) : { ...data, run };
+        refresh();
+        byTestId(root, "live-error").hidden = true;
+      } catch (error) {
+        showError(root, error);
+      }
+    }
+    window.setTimeout(poll, POLL_MS);
+  };
+  window.setTimeout(poll, POLL_MS);
+}
+
+function isActive(run: Run): boolean {
+  return ACTIVE_STATUSES.includes(run.status);
+}
+
+function showError(root: HTMLElement, error: unknown): void {
+  const element = byTestId(root, "live-error");
+  element.textContent = `Could not update the page: ${describeError(error)}`;
+  element.hidden = false;
+}
+
+function renderStatus(root: HTMLElement, { run, metrics }: RunData): void {
+  const status = byTestId(root, "run-status");
+  status.textContent = run.status;
+  status.className = `status status-${run.status}`;
+  const parts = [`step ${run.step} / ${run.total_steps}`, `${Math.round(100 * run.progress)} %`];
+  if (isActive(run)) {
+    const started = run.started_at ? Date.parse(run.started_at) : Number.NaN;
+    const eta = estimateEta({
+      step: run.step,
+      totalSteps: run.total_steps,
+      stepSeconds: stepDurations(metrics.timings, metrics.step.length),
+      elapsedSeconds: Number.isFinite(started) ? (Date.now() - started) / 1000 : null,
+    });
+    parts.push(eta === null ? "ETA —" : `ETA ${formatDuration(eta)}`);
+  }
+  byTestId(root, "run-progress").textContent = parts.join(" · ");
+  const bar = byTestId<HTMLProgressElement>(root, "run-progress-bar");
+  bar.value = run.progress;
+}
+
+function renderPopulation(root: HTMLElement, { population, run }: RunData): void {
+  const container = byTestId(root, "current-population");
+  const snapshot = lastPerStep(population.snapshots).at(-1);
+  if (!snapshot) {
+    fill(container, h("p", { class: "muted", text: "No population yet." }));
+    return;
+  }
+  const lineageUrl = (id: string) => `/runs/${run.id}/lineage/?node=${encodeURIComponent(id)}`;
+  const rows = snapshot.members.map((m) =>
+    h(
+      "tr",
+      {},
+      h(
+        "td",
+        {},
+        m.id ? h("a", { href: lineageUrl(m.id) }, h("code", { text: m.id })) : "—",
+        m.id !== null && m.id === snapshot.best_id ? h("span", { class: "best-mark", title: "best", text: " ★" }) : null,
+      ),
+      h("td", { class: "num", text: formatNumber(m.weight) }),
+      h("td", { class: "num", text: formatNumber(m.probability) }),
+      h("td", { class: "num", text: String(m.samples) }),
+      h("td", { class: "num", text: formatNumber(m.mean_reward) }),
+    ),
+  );
+  fill(
+    container,
+    h("p", { class: "muted", text: `After step ${snapshot.step} (${snapshot.reason}); ★ is the best.` }),
+    h(
+      "div",
+      { class: "table-wrap" },
+      h(
+        "table",
+        {},
+        h(
+          "thead",
+          {},
+          h(
+            "tr",
+            {},
+            ...["Instruction", "Weight", "Sampling p", "Samples", "Mean reward"].map((t) => h("th", { scope: "col", text: t })),
+          ),
+        ),
+        h("tbody", {}, ...rows),
+      ),
+    ),
+  );
+}
+
+interface BestInstruction {
+  instruction: { id: string; text: string; origin: string; birth_step: number; weight: number | null };
+}
+
+/** Fills the best-instruction section when the run's best changes while the page is open. */
+function renderBest(root: HTMLElement, api: Api, run: Run): void {
+  const section = byTestId(root, "best-instruction");
+  if (!run.best_instruction_id || section.dataset.bestId === run.best_instruction_id) return;
+  section.dataset.bestId = run.best_instruction_id;
+  api
+    .get<BestInstruction>(`runs/${run.id}/best-instruction/`)
+    .then(({ instruction }) => {
+      byTestId(section, "best-instruction-summary").textContent =
+        `${instruction.id} (${instruction.origin}, born at step ${instruction.birth_step}, weight ${formatNumber(instruction.weight)})`;
+      byTestId(section, "best-instruction-text").textContent = instruction.text;
+      byTestId(section, "best-instruction-body").hidden = false;
+      byTestId(section, "best-instruction-none").hidden = true;
+    })
+    .catch((error: unknown) => showError(root, error));
+}
+
+/** What the run's config changed from its preset's, when it came from one. */
+async function renderPresetChanges(root: HTMLElement, api: Api, run: Run): Promise<void> {
+  const container = byTestId(root, "config-vs-preset");
+  if (!run.preset) return;
+  try {
+    const presets = await api.get<Record<string, unknown>>("presets/");
+    if (!(run.preset in presets)) return;
+    const diff = configDiff([presets[run.preset], run.config]);
+    if (diff.length === 0) {
+      fill(container, h("p", { class: "muted", text: `The config is the “${run.preset}” preset unchanged.` }));
+      return;
+    }
+    fill(
+      container,
+      h("p", { text: `Changed from the “${run.preset}” preset:` }),
+      h(
+        "div",
+        { class: "table-wrap" },
+        h(
+          "table",
+          {},
+          h(
+            "thead",
+            {},
+            h("tr", {}, h("th", { scope: "col", text: "Field" }), h("th", { scope: "col", text: "Preset" }), h("th", { scope: "col", text: "This run" })),
+          ),
+          h(
+            "tbody",
+            {},
+            ...diff.map(({ field, values }) =>
+              h(
+                "tr",
+                {},
+                h("td", {}, h("code", { text: field })),
+                h("td", { text: formatValue(values[0]) }),
+                h("td", { text: formatValue(values[1]) }),
+              ),
+            ),
+          ),
+        ),
+      ),
+    );
+  } catch (error) {
+    showError(root, error);
+  }
+}

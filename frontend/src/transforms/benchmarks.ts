@@ -1,0 +1,56 @@
+/** The compare page's Table-1 model: one row per run, a cell per benchmark and the average, each with its delta
+ * against the baseline and whether it is the column's best. The server picks the bests and computes averages and
+ * deltas (one source for the API and the page); this only lines them up. Knows nothing about the DOM. */
+
+import type { Comparison } from "../types";
+
+export const AVERAGE = "average";
+
+export interface Cell {
+  column: string;
+  value: number | null;
+  /** This run minus the baseline; null for the baseline itself, without a baseline, or where either lacks a value. */
+  delta: number | null;
+  best: boolean;
+}
+
+export interface TableRow {
+  runId: string;
+  name: string;
+  baseline: boolean;
+  cells: Cell[];
+}
+
+export interface BenchmarkTable {
+  metric: string;
+  columns: string[];
+  rows: TableRow[];
+}
+
+export function benchmarkTable(comparison: Comparison): BenchmarkTable {
+  const { benchmarks, deltas, baseline } = comparison;
+  const names = new Map(comparison.runs.map((run) => [run.id, run.name]));
+  const columns = [...benchmarks.columns, AVERAGE];
+  const rows = benchmarks.rows.map((row) => ({
+    runId: row.run_id,
+    name: names.get(row.run_id) ?? row.run_id,
+    baseline: row.run_id === baseline,
+    cells: columns.map((column) => {
+      const value = column === AVERAGE ? row.average : (row.values[column] ?? null);
+      return {
+        column,
+        value,
+        delta: deltas[row.run_id]?.[column] ?? null,
+        best: value !== null && benchmarks.best[column] === row.run_id,
+      };
+    }),
+  }));
+  return { metric: benchmarks.metric, columns, rows };
+}
+
+/** "+0.021" / "−0.004" / "±0.000": always signed so a column of deltas reads at a glance. */
+export function formatDelta(delta: number): string {
+  const text = Math.abs(delta).toFixed(3);
+  if (text === "0.000") return "±0.000";
+  return delta > 0 ? `+${text}` : `−${text}`;
+}

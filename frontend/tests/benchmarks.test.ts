@@ -1,0 +1,70 @@
+import { describe, expect, it } from "vitest";
+import { benchmarkTable, formatDelta } from "../src/transforms/benchmarks";
+import type { Comparison } from "../src/types";
+
+const run = (id: string, name: string) => ({
+  id,
+  name,
+  status: "finished" as const,
+  preset: "smoke",
+  backend: "torch",
+  step: 4,
+  total_steps: 4,
+  tags: [],
+});
+
+const comparison: Comparison = {
+  runs: [run("r1", "Search-R1"), run("r2", "INSPO")],
+  series: {},
+  benchmarks: {
+    metric: "em",
+    columns: ["hotpotqa", "nq"],
+    rows: [
+      { run_id: "r1", values: { hotpotqa: 0.309, nq: 0.438 }, average: 0.3735 },
+      { run_id: "r2", values: { hotpotqa: 0.377 }, average: 0.377 },
+    ],
+    best: { hotpotqa: "r2", nq: "r1", average: "r2" },
+  },
+  config_diff: [],
+  baseline: "r1",
+  deltas: { r2: { hotpotqa: 0.068, average: 0.0035 } },
+};
+
+describe("benchmarkTable", () => {
+  const table = benchmarkTable(comparison);
+
+  it("adds the average column after the benchmarks and names the rows", () => {
+    expect(table.columns).toEqual(["hotpotqa", "nq", "average"]);
+    expect(table.rows.map((r) => [r.name, r.baseline])).toEqual([
+      ["Search-R1", true],
+      ["INSPO", false],
+    ]);
+  });
+
+  it("marks the best run of each column, and only that one", () => {
+    const best = table.rows.map((r) => r.cells.filter((c) => c.best).map((c) => c.column));
+    expect(best).toEqual([["nq"], ["hotpotqa", "average"]]);
+  });
+
+  it("carries deltas against the baseline and leaves missing values empty", () => {
+    const inspo = table.rows[1].cells;
+    expect(inspo.map((c) => c.value)).toEqual([0.377, null, 0.377]);
+    expect(inspo.map((c) => c.delta)).toEqual([0.068, null, 0.0035]);
+    expect(table.rows[0].cells.every((c) => c.delta === null)).toBe(true);
+  });
+
+  it("has no rows or benchmark columns when nothing was evaluated", () => {
+    const empty = benchmarkTable({
+      ...comparison,
+      benchmarks: { metric: "em", columns: [], rows: [], best: {} },
+      deltas: {},
+    });
+    expect(empty).toEqual({ metric: "em", columns: ["average"], rows: [] });
+  });
+});
+
+describe("formatDelta", () => {
+  it("always shows a sign", () => {
+    expect([formatDelta(0.0213), formatDelta(-0.004), formatDelta(0.00001)]).toEqual(["+0.021", "−0.004", "±0.000"]);
+  });
+});
