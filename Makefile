@@ -6,7 +6,7 @@ REQS := requirements/engine.txt requirements/models.txt requirements/web.txt req
 STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
 RUN_DIR ?= runs/cpu-demo
 
-.PHONY: install run test lint format demo smoke clean
+.PHONY: install run test lint format demo smoke clean frontend frontend-test browser
 
 install: $(STAMP)
 
@@ -28,8 +28,28 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test: lint
+# Vitest for the dashboards' data transforms, then the Python suite (which drives the built pages in chromium).
+test: lint frontend-test frontend browser
 	$(PY) -m pytest
+
+# The dashboards: TypeScript in frontend/, built by Vite into webapp/static/inspo/app/.
+FRONTEND_STAMP := frontend/node_modules/.installed-$(shell cat frontend/package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
+
+$(FRONTEND_STAMP): frontend/package.json frontend/package-lock.json
+	cd frontend && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+frontend: $(FRONTEND_STAMP)
+	cd frontend && npm run build
+
+frontend-test: $(FRONTEND_STAMP)
+	cd frontend && npm test
+
+# Debian's chromium for the browser tests (Playwright drives it; nothing downloads a browser of its own).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
 # The web app with an embedded database and broker, a training worker, and a demo team and user.
 run: install web-migrate web-static web-demo-user web-serve
@@ -42,6 +62,6 @@ smoke: install
 	$(PY) -m inspo_engine train --preset smoke --out runs/smoke
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache frontend/node_modules webapp/static/inspo/app
 
 include make.web.mk

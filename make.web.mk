@@ -13,7 +13,7 @@ CELERY := $(VENV)/bin/celery -A webapp.config.celery
 web-migrate: install
 	$(PY) manage.py migrate --noinput
 
-web-static: install
+web-static: install frontend
 	$(PY) manage.py collectstatic --noinput -v 0
 
 # Prints the password once, when the user is created; later runs only say that it exists.

@@ -204,3 +204,11 @@ def scripted_run(alice: Any, alice_team: Any, gemini_url: str, worker_settings: 
     run_execute(run_id=run.pk, worker="cpu@tests", backend=ScriptedBackend(seed=5))
     run.refresh_from_db()
     return run
+
+
+@pytest.fixture
+def worker(redis_url: str, tmp_path: Any) -> Iterator[Any]:
+    """A real `celery worker` process on the cpu queue (see tests/celery_worker.py) and its log file."""
+    from tests.celery_worker import celery_worker
+
+    yield from celery_worker(redis_url, tmp_path)

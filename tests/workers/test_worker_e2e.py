@@ -5,69 +5,14 @@ the archive the API streams, and a best instruction that downloads."""
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
-import redis
-from django.db import connection
 
+from tests.celery_worker import wait_until_done
 from webapp.runs import tasks as run_tasks
 from webapp.runs.models import Checkpoint, EvolutionRound, PopulationSnapshot, Run, StepMetric
 
-REPO = Path(__file__).resolve().parents[2]
 REAL_SEND = run_tasks.send
-TIMEOUT_S = float(os.environ.get("INSPO_E2E_TIMEOUT_S", "2400"))
-
-
-def database_url() -> str:
-    db = connection.settings_dict
-    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
-    return f"postgres://{db['USER']}{password}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-@pytest.fixture
-def worker(redis_url, tmp_path):
-    """A `celery worker` process on the cpu queue, pointed at the test database and a clean Redis database."""
-    redis.Redis.from_url(redis_url).flushdb()
-    log = tmp_path / "worker.log"
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "CELERY_BROKER_URL": redis_url,
-        "INSPO_RUNS_DIR": str(tmp_path / "runs"),
-        "INSPO_HEARTBEAT_S": "5",
-        "PYTHONUNBUFFERED": "1",
-    }
-    command = [sys.executable, "-m", "celery", "-A", "webapp.config.celery", "worker", "-Q", "cpu", "-c", "1"]
-    command += ["-n", "cpu-e2e@%h", "--without-gossip", "--without-mingle", "-l", "INFO"]
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        yield process, log
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def wait_until_done(run_id, process, log) -> Run:
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        run = Run.objects.get(pk=run_id)
-        if run.status in (Run.Status.FINISHED, Run.Status.FAILED, Run.Status.CANCELLED):
-            return run
-        if process.poll() is not None:
-            pytest.fail(f"the worker exited with {process.returncode}:\n{log.read_text()[-4000:]}")
-        time.sleep(2)
-    pytest.fail(f"the run did not finish in {TIMEOUT_S:.0f} s:\n{log.read_text()[-4000:]}")
 
 
 @pytest.mark.slow
