@@ -1,6 +1,15 @@
 # One image for the web server, the Celery workers and Flower. TORCH_INDEX picks CPU or CUDA wheels of torch:
 #   docker build .                                                   (CPU)
 #   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t inspo-gpu .   (GPU workers)
+
+# The dashboards: TypeScript built by Vite into webapp/static/inspo/app/.
+FROM node:20-slim AS frontend
+WORKDIR /src/frontend
+COPY frontend/package.json frontend/package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY frontend/ ./
+RUN npm run build
+
 FROM python:3.11-slim
 
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
@@ -24,6 +33,7 @@ COPY pyproject.toml README.md manage.py ./
 COPY inspo_engine/ inspo_engine/
 COPY webapp/ webapp/
 COPY workers/ workers/
+COPY --from=frontend /src/webapp/static/inspo/app/ webapp/static/inspo/app/
 RUN pip install --no-deps --no-build-isolation -e . \
  && DJANGO_SECRET_KEY=collectstatic-only-not-a-secret-0123456789 INSPO_STATE_DIR=/tmp/build-state \
     python manage.py collectstatic --noinput
