@@ -130,7 +130,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("trainer.logger", ["console"]),
         ("trainer.project_name", "inspo"),
         ("trainer.experiment_name", experiment),
-        ("trainer.resume_mode", "auto"),
+        ("trainer.resume_mode", "disable"),
         ("+inspo.max_turn_tokens", min(env.max_turn_tokens, config.backend.max_new_tokens)),
         ("+inspo.top_k", env.top_k),
     ]

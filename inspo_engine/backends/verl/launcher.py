@@ -1,0 +1,181 @@
+"""Prepares and describes one verl job: its data files, its command line, its stop file, and the merge of verl's
+FSDP shards into a Hugging Face directory; it trains nothing and never imports verl at module level.
+
+A run directory looks like the torch backend's, plus verl's own:
+
+    <out>/config.json                 the RunConfig
+    <out>/events.jsonl                the engine's events, appended by the trainer (callers tail it)
+    <out>/checkpoints/step-NNNNNN/    policy/ (merged Hugging Face model) + inspo_state.json (population, replay)
+    <out>/verl/global_step_N/         verl's FSDP shards, optimizer and dataloader state (for resuming)
+    <out>/data/{train,val}.parquet    the questions in verl's row format
+    <out>/STOP                        created by a caller to stop the run after the current step
+
+The job runs `python -m inspo_engine.backends.verl.main <overrides>`; Ray joins the cluster named by RAY_ADDRESS
+when it is set, and starts a local one otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...coevolution import STATE_FILE, latest_checkpoint
+from ...config import RunConfig
+from ...types import Question
+from .overrides import AGENT_NAME, Cluster, RunPaths, verl_overrides
+
+EVENTS_FILE = "events.jsonl"
+STOP_FILE = "STOP"
+VERL_DIR = "verl"
+MAIN_MODULE = "inspo_engine.backends.verl.main"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A prepared verl job: the command to run and the files a caller watches."""
+
+    argv: list[str]
+    out_dir: Path
+    events: Path
+    stop_file: Path
+
+
+def rows(questions: Sequence[Question], data_source: str) -> list[dict[str, Any]]:
+    """verl's dataset rows (Search-R1's layout): the question as the user message, the gold answers for the
+    reward, the question again in `extra_info` for the replay buffer. The trainer adds the instruction."""
+    return [
+        {
+            "data_source": data_source,
+            "prompt": [{"role": "user", "content": q.text}],
+            "ability": "fact-reasoning",
+            "agent_name": AGENT_NAME,
+            "reward_model": {"style": "rule", "ground_truth": {"target": list(q.golden_answers)}},
+            "extra_info": {"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)},
+        }
+        for i, q in enumerate(questions)
+    ]
+
+
+def write_parquet(records: list[dict[str, Any]], path: Path) -> Path:
+    import pandas as pd
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame.from_records(records).to_parquet(path)
+    return path
+
+
+def write_data(config: RunConfig, data_dir: Path) -> tuple[Path, Path]:
+    """train.parquet from `env.dataset`, val.parquet with every benchmark (`data_source` = its name)."""
+    from ...env.datasets import load_questions
+
+    train = write_parquet(rows(load_questions(config.env.dataset, "train"), "train"), data_dir / "train.parquet")
+    limit = config.eval.eval_samples or None
+    val: list[dict[str, Any]] = []
+    for name in config.eval.benchmarks:
+        val += rows(load_questions(name, "test", limit=limit), name)
+    return train, write_parquet(val, data_dir / "val.parquet")
+
+
+def prepare(
+    config: RunConfig,
+    out_dir: Path,
+    *,
+    cluster: Cluster | None = None,
+    resume: bool = False,
+    python: str = sys.executable,
+    extra: Sequence[str] = (),
+) -> Job:
+    """Write the run's config and data and return the job; `resume` continues from the newest engine checkpoint."""
+    if config.env.retriever != "remote" or not config.env.retriever_url:
+        raise ValueError(
+            "the verl backend retrieves through a Search-R1 /retrieve server: set env.retriever='remote' and "
+            "env.retriever_url (start one with `python -m inspo_engine serve-retriever`)"
+        )
+    out_dir = out_dir.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(config.to_json(), encoding="utf-8")
+    (out_dir / STOP_FILE).unlink(missing_ok=True)
+    train, val = write_data(config, out_dir / "data")
+    paths = RunPaths(
+        train_files=str(train),
+        val_files=str(val),
+        verl_dir=str(out_dir / VERL_DIR),
+        out_dir=str(out_dir),
+        run_config=str(out_dir / "config.json"),
+        retriever_url=config.env.retriever_url,
+    )
+    overrides = verl_overrides(config, cluster=cluster, paths=paths, experiment=out_dir.name)
+    overrides += resume_overrides(out_dir) if resume else []
+    argv = [python, "-m", MAIN_MODULE, *overrides, *extra]
+    return Job(argv=argv, out_dir=out_dir, events=out_dir / EVENTS_FILE, stop_file=out_dir / STOP_FILE)
+
+
+def resume_overrides(out_dir: Path) -> list[str]:
+    """Resume verl from the shards of the newest engine checkpoint's step (the population is saved with it)."""
+    checkpoint = latest_checkpoint(out_dir)
+    if checkpoint is None:
+        raise FileNotFoundError(f"no checkpoint with {STATE_FILE} under {out_dir / 'checkpoints'} to resume from")
+    step = int(checkpoint.name.removeprefix("step-"))
+    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path='{out_dir / VERL_DIR}/global_step_{step}'"]
+
+
+def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:
+    """verl's model merger: the FSDP shards of `actor_dir` (plus its huggingface/ config and tokenizer) as one
+    Hugging Face model directory in `target_dir`."""
+    from verl.model_merger.base_model_merger import ModelMergerConfig
+    from verl.model_merger.fsdp_model_merger import FSDPModelMerger
+
+    target_dir.mkdir(parents=True, exist_ok=True)
+    merger = FSDPModelMerger(
+        ModelMergerConfig(
+            operation="merge",
+            backend="fsdp",
+            local_dir=str(actor_dir),
+            target_dir=str(target_dir),
+            hf_model_config_path=str(actor_dir / "huggingface"),
+        )
+    )
+    merger.merge_and_save()
+    merger.cleanup()
+
+
+def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The job's environment: the caller's, with RAY_ADDRESS kept when set (join that cluster) and verl told to
+    load this package's plugin (the agent loop) in every process."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("VERL_USE_EXTERNAL_PLUGINS", "auto")
+    env.setdefault("TOKENIZERS_PARALLELISM", "true")
+    return env
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m inspo_engine.backends.verl.launcher --config run.json --out DIR`: prepare the run and exec verl."""
+    parser = argparse.ArgumentParser(prog="python -m inspo_engine.backends.verl.launcher")
+    parser.add_argument("--config", type=Path, required=True, help="a RunConfig JSON with backend.name = verl")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--n-gpus-per-node", type=int, default=8)
+    parser.add_argument("--nnodes", type=int, default=1)
+    parser.add_argument("--print", action="store_true", help="print the command instead of running it")
+    args, extra = parser.parse_known_args(argv)
+    config = RunConfig.from_json(args.config.read_text(encoding="utf-8"))
+    job = prepare(
+        config,
+        args.out,
+        cluster=Cluster(n_gpus_per_node=args.n_gpus_per_node, nnodes=args.nnodes),
+        resume=args.resume,
+        extra=extra,
+    )
+    if args.print:
+        print(" ".join(job.argv))
+        return 0
+    os.execvpe(job.argv[0], job.argv, job_environment())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

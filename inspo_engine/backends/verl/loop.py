@@ -1,0 +1,245 @@
+"""Algorithm 1 driven by verl's training loop: the engine's CoEvolution, entered step by step from the trainer's
+hooks instead of running its own loop. It knows verl's batch fields (numpy arrays keyed by name), nothing of Ray.
+
+verl owns the data order, the rollouts and the updates; this class owns the population, the replay buffer and the
+events. Per training step t:
+
+1. `begin_step(t, fields)` — first the step boundary of t-1 (prune, evolve → verify with the current weights,
+   checkpoint), then one instruction per question by softmax(w/τ): it becomes the system message of the
+   question's `raw_prompt` (all G rollouts of the question share it), and its id is remembered by the question's
+   `uid`;
+2. `end_step(t, fields, metrics)` — the group-mean reward of each uid goes to its instruction, the trajectories to
+   the replay buffer, and the step's events out.
+
+The boundary of the last step runs in `finish`. Schedules (K_p, K_e, T_e, checkpoint_every) are CoEvolution's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ...backends.base import PolicyBackend
+from ...coevolution import CoEvolution, Phase, RunResult
+from ...config import RunConfig
+from ...events import EvalCompleted, EventSink, RunStarted
+from ...optimizers.base import OptimizerClient
+from ...population import Instruction
+from ...types import Question, Trajectory
+
+INSTRUCTION_ID = "inspo_instruction_id"
+"""The batch field that tags every sample with the id of the instruction it was generated with."""
+
+Fields = dict[str, np.ndarray]
+"""verl's `DataProto.non_tensor_batch`: one object array per field, one entry per sample."""
+
+
+class UnsupportedMode(ValueError):
+    """The verl backend trains at every step; modes that optimise instructions with a frozen policy need torch."""
+
+
+def object_array(items: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array, even when the items are lists of equal length (np.array would make a 2-D one)."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = list(items)
+    return out
+
+
+def question_of(extra_info: Mapping[str, Any]) -> Question:
+    """The engine's question from a row's `extra_info` (written by the launcher)."""
+    return Question(
+        str(extra_info["question_id"]),
+        str(extra_info["question"]),
+        tuple(str(a) for a in extra_info["golden_answers"]),
+    )
+
+
+def with_system_message(messages: Sequence[Mapping[str, Any]], instruction: str) -> list[dict[str, Any]]:
+    """The chat with `instruction` as its system message (replacing one the row already had)."""
+    rest = [dict(m) for m in messages if m.get("role") != "system"]
+    return [{"role": "system", "content": instruction}, *rest]
+
+
+VERL_METRICS = {
+    "actor/kl_loss": "kl",
+    "actor/entropy": "entropy",
+    "actor/pg_clipfrac": "clip_fraction",
+    "actor/lr": "lr",
+    "actor/grad_norm": "grad_norm",
+    "actor/pg_loss": "pg_loss",
+}
+"""verl's actor metrics under the names the engine's torch trainer reports."""
+
+
+def engine_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The scalar metrics of an update, verl's names plus the engine's names for the ones the dashboards plot.
+
+    >>> engine_metrics({"actor/kl_loss": 0.5, "actor/lr": [1e-6, 1e-6], "note": "x"})
+    {'actor/kl_loss': 0.5, 'actor/lr': 1e-06, 'kl': 0.5, 'lr': 1e-06}
+    """
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        values = value if isinstance(value, list | tuple | np.ndarray) else [value]
+        try:
+            out[key] = float(np.mean([float(v) for v in values]))
+        except (TypeError, ValueError):
+            continue
+    out.update({VERL_METRICS[key]: out[key] for key in VERL_METRICS if key in out})
+    return out
+
+
+class VerlLoop(CoEvolution):
+    """CoEvolution whose steps are driven by verl's `RayPPOTrainer.fit` (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        *,
+        policy: PolicyBackend,
+        train_questions: Sequence[Question],
+        optimizer: OptimizerClient | None,
+        sink: EventSink,
+        out_dir: Any = None,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
+        if config.mode not in ("online", "static"):
+            raise UnsupportedMode(
+                f"mode {config.mode!r} optimises instructions with a frozen policy; the verl backend trains at every "
+                "step (use mode online or static, or the torch backend)"
+            )
+        super().__init__(
+            config,
+            backend=policy,
+            train_questions=train_questions,
+            optimizer=optimizer,
+            sink=sink,
+            out_dir=out_dir,
+            should_stop=should_stop,
+        )
+        self.pending: int | None = None
+        """The step whose boundary (prune, evolve, checkpoint) has not run yet."""
+        self._by_uid: dict[str, Instruction] = {}
+        self._chosen: list[Instruction] = []
+
+    @property
+    def phase(self) -> Phase:
+        return self.phases[0]
+
+    # -- start ---------------------------------------------------------------------------------------------
+
+    def start(self, state: Mapping[str, Any] | None = None) -> None:
+        """Restore the loop's saved state (resuming) or build the initial population (seed + paraphrases)."""
+        if state is not None:
+            self.load_state(state)
+        self.sink.emit(
+            RunStarted(
+                config=self.config.to_dict(),
+                resumed_from_step=self.progress.step,
+                backend=self.backend.name,
+                optimizer_model=self.optimizer.model if self.optimizer else None,
+            )
+        )
+        if not self.population.members:
+            self._initialise_population()
+
+    # -- one step ------------------------------------------------------------------------------------------
+
+    def begin_step(self, step: int, fields: Fields) -> None:
+        """Run the pending boundary, then give each question of the batch its sampled instruction."""
+        self.run_boundary()
+        self.progress.step = self.progress.phase_step = step
+        uids = [str(u) for u in fields["uid"]]
+        chosen = self.population.sample(self.sample_rng, len(uids))
+        self._by_uid = dict(zip(uids, chosen, strict=True))
+        self._chosen = chosen
+        self._inject(fields, chosen)
+
+    def inject_best(self, fields: Fields) -> Instruction:
+        """Evaluation: every question gets I* = argmax_j w_j."""
+        best = self.population.best()
+        self._inject(fields, [best] * len(fields["raw_prompt"]))
+        return best
+
+    @staticmethod
+    def _inject(fields: Fields, chosen: Sequence[Instruction]) -> None:
+        prompts = fields["raw_prompt"]
+        fields["raw_prompt"] = object_array(
+            [with_system_message(list(p), ins.text) for p, ins in zip(prompts, chosen, strict=True)]
+        )
+        fields[INSTRUCTION_ID] = object_array([ins.id for ins in chosen])
+
+    def end_step(self, step: int, fields: Fields, rewards: Sequence[float], metrics: Mapping[str, Any]) -> None:
+        """Attribute the group-mean rewards by uid, fill the replay buffer, emit the step's events."""
+        groups = self._groups(fields, rewards)
+        self._attribute(step, groups)
+        flat = [t for group in groups for t in group]
+        self._count_rollouts(self.phase, len(flat))
+        self.replay.add(step, flat)
+        self._emit_step(step, self.phase, flat, self._chosen, engine_metrics(metrics), {})
+        self._emit_population(step, "step")
+        self.pending = step
+
+    def _groups(self, fields: Fields, rewards: Sequence[float]) -> list[list[Trajectory]]:
+        """The batch's trajectories grouped by uid, in first-seen order (verl may have reordered the batch)."""
+        groups: dict[str, list[Trajectory]] = defaultdict(list)
+        for i, uid in enumerate(fields["uid"]):
+            instruction = self._by_uid[str(uid)]
+            groups[str(uid)].append(self._trajectory(instruction.id, fields, i, float(rewards[i])))
+        return list(groups.values())
+
+    @staticmethod
+    def _trajectory(instruction_id: str, fields: Fields, i: int, reward: float) -> Trajectory:
+        def get(name: str, default: Any = None) -> Any:
+            return fields[name][i] if name in fields else default
+
+        return Trajectory(
+            instruction_id=instruction_id,
+            question=question_of(fields["extra_info"][i]),
+            response=str(get("inspo_response", "")),
+            reward=reward,
+            answer=get("inspo_answer"),
+            tool_calls=int(get("inspo_tool_calls", 0)),
+            response_tokens=int(get("inspo_response_tokens", 0)),
+            error=get("inspo_error"),
+        )
+
+    def run_boundary(self) -> None:
+        """Prune, evolve (verifying with the current weights) and checkpoint after the pending step, if any."""
+        if self.pending is None:
+            return
+        step, self.pending = self.pending, None
+        self._at_step_boundary(step, self.phase)
+
+    # -- evaluation and the end ----------------------------------------------------------------------------
+
+    def evaluated(self, step: int, metrics: Mapping[str, Any], counts: Mapping[str, int], instruction_id: str) -> None:
+        """EvalCompleted per benchmark from verl's validation metrics (`val-core/<data_source>/reward/mean@1`)."""
+        for benchmark, n in counts.items():
+            key = next((k for k in metrics if k.startswith(f"val-core/{benchmark}/reward/mean@")), None)
+            if key is None:
+                continue
+            self.sink.emit(
+                EvalCompleted(
+                    step=step,
+                    benchmark=benchmark,
+                    metric="em",
+                    value=float(metrics[key]),
+                    n=n,
+                    instruction_id=instruction_id,
+                )
+            )
+
+    def finish(self, status: str) -> RunResult:
+        """The last step's boundary (when the run finished), the final checkpoint and RunFinished."""
+        if status == "finished":
+            self.run_boundary()
+        return self._finish(status)
+
+
+def data_source_counts(fields: Fields) -> Counter[str]:
+    """Questions per benchmark in a validation batch."""
+    return Counter(str(source) for source in fields.get("data_source", []))
+

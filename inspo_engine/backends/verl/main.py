@@ -1,0 +1,164 @@
+"""The verl job: `python -m inspo_engine.backends.verl.main KEY=VALUE …` composes verl's trainer config with the
+overrides, starts or joins Ray, and runs INSPO's TaskRunner on this node. Like the CLI, it is a boundary of the
+engine: it reads the optimizer's API key from the environment and hands it over explicitly.
+
+The TaskRunner follows verl's legacy one (`verl.trainer.main_ppo_v0.TaskRunner`): the same worker roles, resource
+pools and datasets, but `InspoRayPPOTrainer` with the population attached. It is pinned to the node that started
+the job, so the events file and the run directory it writes are the ones the caller reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import ray
+
+from verl.trainer.main_ppo import run_ppo
+from verl.trainer.main_ppo_v0 import BaseTaskRunner
+
+from ...cli import api_key_for
+from ...coevolution import STATE_FILE
+from ...config import RunConfig
+from ...events import JsonlSink
+from .config import compose
+from .launcher import EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
+from .loop import VerlLoop, question_of
+
+FORWARDED_ENV = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY", "INSPO_CACHE_DIR")
+"""Environment variables the TaskRunner actor needs from the job's environment (a joined cluster lacks them)."""
+
+
+def checkpoint_state(out_dir: Path, step: int) -> dict[str, Any]:
+    """The loop state saved with the engine checkpoint of `step`; resuming needs it."""
+    path = out_dir / "checkpoints" / f"step-{step:06d}" / STATE_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"verl resumed at step {step} but {path} is missing: resume from an engine checkpoint")
+    state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return state
+
+
+def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
+    """The engine's loop for this job, from the `inspo` section of the config."""
+    from ...build import make_optimizer
+    from .trainer import VerlPolicy
+
+    inspo = config.inspo
+    out_dir = Path(inspo.out_dir)
+    run_config = RunConfig.from_json(Path(inspo.run_config).read_text(encoding="utf-8"))
+    loop: VerlLoop | None = None
+
+    def step() -> int:
+        assert loop is not None
+        return loop.progress.step
+
+    policy = VerlPolicy(trainer, verl_dir=out_dir / VERL_DIR, merge=merge_fsdp_checkpoint, step=step)
+    questions = [question_of(info) for info in train_dataset.dataframe["extra_info"]]
+    cache_dir = Path(os.environ.get("INSPO_CACHE_DIR", "cache"))
+    loop = VerlLoop(
+        run_config,
+        policy=policy,
+        train_questions=questions,
+        optimizer=make_optimizer(run_config, cache_dir, api_key_for(run_config)),
+        sink=JsonlSink(out_dir / EVENTS_FILE),
+        out_dir=out_dir,
+        should_stop=lambda: (out_dir / STOP_FILE).exists(),
+    )
+    return loop
+
+
+@ray.remote(num_cpus=1)
+class InspoTaskRunner(BaseTaskRunner):  # type: ignore[misc]
+    """verl's legacy TaskRunner with `InspoRayPPOTrainer`."""
+
+    def run(self, config: Any) -> None:
+        from omegaconf import OmegaConf
+        from verl.trainer.ppo.utils import create_rl_dataset, create_rl_sampler, need_critic, need_reference_policy
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+        from verl.utils.dataset.rl_dataset import collate_fn
+
+        from .trainer import InspoRayPPOTrainer
+
+        OmegaConf.resolve(config)
+        _, worker_group_cls = self.add_actor_rollout_worker(config)
+        self.add_critic_worker(config)
+        self.add_reward_model_resource_pool(config)
+        self.add_teacher_model_resource_pool(config)
+        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        model = omega_conf_to_dataclass(config.actor_rollout_ref.model)
+        data = config.data
+        train = create_rl_dataset(data.train_files, data, model.tokenizer, model.processor, is_train=True)
+        val = create_rl_dataset(data.val_files, data, model.tokenizer, model.processor, is_train=False)
+        trainer = InspoRayPPOTrainer(
+            config=config,
+            tokenizer=model.tokenizer,
+            processor=model.processor,
+            role_worker_mapping=self.role_worker_mapping,
+            resource_pool_manager=self.init_resource_pool_mgr(config),
+            ray_worker_group_cls=worker_group_cls,
+            train_dataset=train,
+            val_dataset=val,
+            collate_fn=collate_fn,
+            train_sampler=create_rl_sampler(data, train),
+        )
+        out_dir = Path(config.inspo.out_dir)
+        loop = build_loop(config, trainer, train)
+        trainer.attach(loop, state=lambda step: checkpoint_state(out_dir, step))
+        trainer.init_workers()
+        trainer.fit()
+        best = loop.population.best()
+        (out_dir / "best_instruction.txt").write_text(best.text + "\n", encoding="utf-8")
+
+
+class OnThisNode:
+    """What `run_ppo` calls `.remote()` on: the TaskRunner, pinned to the node of this process, with the
+    environment variables it needs."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def remote(self) -> Any:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = ray.get_runtime_context().get_node_id()
+        env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+        return self.actor.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+            runtime_env={"env_vars": env},
+        ).remote()
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (a cancelled run's last resort) ends the driver through the normal exit path, so Ray shuts down."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from verl.utils.device import auto_set_device
+
+    overrides = list(sys.argv[1:] if argv is None else argv)
+    config = compose(overrides)
+    auto_set_device(config)
+    if config.trainer.use_v1:
+        raise SystemExit("the INSPO trainer is verl's legacy RayPPOTrainer: set trainer.use_v1=false")
+    _stop_on_sigterm()
+    try:
+        run_ppo(config, task_runner_class=OnThisNode(InspoTaskRunner))
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
