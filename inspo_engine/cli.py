@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_cache(serve)
+
+    verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
+    add_config_source(verl)
+    verl.add_argument("--model-size", choices=["3b", "7b"], help="the paper's Qwen2.5 policy: model, lr and turns")
+    verl.add_argument("--n-gpus-per-node", type=int, default=8)
+    verl.add_argument("--nnodes", type=int, default=1)
     return parser
 
 
@@ -233,6 +239,20 @@ def command_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- verl-config ---------------------------------------------------------------------------------------------
+
+
+def command_verl_config(args: argparse.Namespace) -> int:
+    from .backends.verl.overrides import MODEL_SIZES, Cluster, describe, verl_overrides
+
+    config = load_config(args)
+    if args.model_size:
+        config = config.with_overrides(MODEL_SIZES[args.model_size])
+    cluster = Cluster(n_gpus_per_node=args.n_gpus_per_node, nnodes=args.nnodes)
+    print(describe(verl_overrides(config, cluster=cluster)))
+    return 0
+
+
 # -- main ----------------------------------------------------------------------------------------------------
 
 
@@ -242,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "train": command_train,
         "eval": command_eval,
         "serve-retriever": command_serve,
+        "verl-config": command_verl_config,
     }
     try:
         if args.command == "config":
