@@ -44,4 +44,6 @@ urlpatterns = [
     path("runs/<uuid:run_id>/resume/", views.run_resume, name="resume"),
     path("runs/<uuid:run_id>/evaluate/", views.run_evaluate, name="evaluate"),
     path("runs/<uuid:run_id>/trajectories/", views.run_trajectories, name="trajectories"),
+    path("runs/<uuid:run_id>/lineage/", views.run_lineage, name="lineage"),
+    path("compare/", views.run_compare, name="compare"),
 ]

@@ -1,17 +1,20 @@
-"""Server-rendered pages for runs: list, submit, detail (metrics, population, lineage, evaluations, checkpoints),
-trajectories, and the cancel/clone/resume/evaluate actions. They call the same services and selectors as the API.
+"""Server-rendered pages for runs: list, submit, detail, lineage, trajectories, compare, and the
+cancel/clone/resume/evaluate actions. They call the same services and selectors as the API. The charts, the lineage
+graph and the trajectory viewer are drawn in the browser from the API by the bundle built from frontend/; these views
+render the shell it mounts on and everything that must work without it (actions, downloads, checkpoints).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
@@ -21,6 +24,7 @@ from webapp.accounts.selectors import team_list
 from webapp.core.errors import InvalidInput, ServiceError
 
 from . import selectors, services
+from .configs import PRESET_NAMES
 from .forms import CloneForm, EvaluateForm, RunForm
 from .models import Run
 
@@ -29,19 +33,68 @@ def _submittable_teams(user: Any) -> Any:
     return team_list(user=user, min_role=Role.MEMBER)
 
 
+# Sortable columns of the runs list: (label, field); a click sorts by the field, a second click reverses it.
+LIST_COLUMNS = (
+    ("Name", "name"),
+    ("Status", "status"),
+    ("Progress", "step"),
+    ("Preset", None),
+    ("Team", None),
+    ("Tags", None),
+    ("Creator", None),
+    ("Created", "created_at"),
+)
+ORDERING_LABELS = {
+    "-created_at": "newest first",
+    "created_at": "oldest first",
+    "name": "name A–Z",
+    "-name": "name Z–A",
+    "status": "status A–Z",
+    "-status": "status Z–A",
+    "-step": "most steps first",
+    "step": "fewest steps first",
+}
+
+
+def _list_columns(ordering: str) -> list[dict[str, Any]]:
+    columns = []
+    for label, field in LIST_COLUMNS:
+        sorted_ = None
+        if field and ordering.lstrip("-") == field:
+            sorted_ = "descending" if ordering.startswith("-") else "ascending"
+        sort = None
+        if field:
+            sort = f"-{field}" if sorted_ == "ascending" or (sorted_ is None and field == "created_at") else field
+        columns.append({"label": label, "sort": sort, "sorted": sorted_})
+    return columns
+
+
 @login_required
 def run_list(request: HttpRequest) -> HttpResponse:
     user = acting_user(request)
-    filters = {key: request.GET.get(key) or None for key in ("status", "tag", "creator", "team")}
+    filters = {key: request.GET.get(key) or None for key in ("status", "tag", "creator", "team", "preset")}
     if filters["status"] not in Run.Status.values:
         filters["status"] = None
-    runs = selectors.run_list(user=user, **filters)
+    ordering = request.GET.get("ordering") or "-created_at"
+    if ordering not in selectors.RUN_ORDERINGS:
+        ordering = "-created_at"
+    runs = selectors.run_list(user=user, ordering=ordering, **filters)
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
+    acting_teams = set(_submittable_teams(user).values_list("pk", flat=True))
+    shown: list[Run] = list(page)
+    rows = [{"run": run, "can_act": run.team_id in acting_teams} for run in shown]
     context = {
         "page": page,
+        "rows": rows,
         "filters": filters,
+        "filtered": any(filters.values()),
+        "ordering": ordering,
+        "orderings": [(value, ORDERING_LABELS[value]) for value in selectors.RUN_ORDERINGS],
+        "columns": _list_columns(ordering),
         "statuses": Run.Status.values,
-        "can_submit": _submittable_teams(user).exists(),
+        "presets": PRESET_NAMES,
+        "can_submit": bool(acting_teams),
+        "any_actionable": any(run.team_id in acting_teams and run.is_active for run in shown),
     }
     return render(request, "runs/list.html", context)
 
@@ -78,18 +131,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     user = acting_user(request)
     run = selectors.run_get(user=user, run_id=run_id)
-    role = role_of(user, run.team)
-    metrics = run.steps.order_by("-step")[:50]
-    history = selectors.run_population_history(run=run)
-    lineage = selectors.run_lineage(run=run)
     context = {
         "run": run,
-        "can_act": role is not None and role.rank >= Role.MEMBER.rank,
+        "can_act": _can_act(user, run),
+        "can_submit": _submittable_teams(user).exists(),
         "tags": selectors.run_tag_names(run=run),
         "config_json": _pretty(run.config),
-        "metrics": list(reversed(metrics)),
-        "population": history[-1] if history else None,
-        "lineage": lineage,
         "evaluations": selectors.run_evaluations(run=run),
         "evaluation_requests": selectors.evaluation_request_list(run=run)[:20],
         "checkpoints": selectors.checkpoint_list(run=run),
@@ -101,21 +148,59 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     return render(request, "runs/detail.html", context)
 
 
+def _can_act(user: Any, run: Run) -> bool:
+    role = role_of(user, run.team)
+    return role is not None and role.rank >= Role.MEMBER.rank
+
+
 def _pretty(data: Any) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+@login_required
+def run_lineage(request: HttpRequest, run_id: str) -> HttpResponse:
+    user = acting_user(request)
+    run = selectors.run_get(user=user, run_id=run_id)
+    return render(request, "runs/lineage.html", {"run": run, "can_submit": _submittable_teams(user).exists()})
 
 
 @login_required
 def run_trajectories(request: HttpRequest, run_id: str) -> HttpResponse:
     user = acting_user(request)
     run = selectors.run_get(user=user, run_id=run_id)
+    steps = list(run.trajectories.order_by("step").values_list("step", flat=True).distinct())
     try:
         step = int(request.GET["step"]) if request.GET.get("step") else None
     except ValueError:
         step = None
-    data = selectors.run_trajectories(run=run, step=step)
-    steps = list(run.trajectories.order_by("step").values_list("step", flat=True).distinct())
-    return render(request, "runs/trajectories.html", {"run": run, "data": data, "steps": steps})
+    context = {
+        "run": run,
+        "steps": steps,
+        # The newest step unless the address names one that has trajectories.
+        "step": step if step in steps else (steps[-1] if steps else None),
+        "can_submit": _submittable_teams(user).exists(),
+    }
+    return render(request, "runs/trajectories.html", context)
+
+
+@login_required
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """The compare page for the runs named by `?runs=<id>` (repeated, or comma-separated). A run the user cannot
+    see is a 404, as on every run page; the data comes from the compare API."""
+    user = acting_user(request)
+    ids = list(dict.fromkeys(part for value in request.GET.getlist("runs") for part in value.split(",") if part))
+    if len(ids) > selectors.MAX_COMPARED_RUNS:
+        raise Http404(f"compare at most {selectors.MAX_COMPARED_RUNS} runs")
+    try:
+        runs = [selectors.run_get(user=user, run_id=UUID(run_id)) for run_id in ids]
+    except ValueError:
+        raise Http404("no such run") from None
+    context = {
+        "selected": [str(run.pk) for run in runs],
+        "max_runs": selectors.MAX_COMPARED_RUNS,
+        "can_submit": _submittable_teams(user).exists(),
+    }
+    return render(request, "runs/compare.html", context)
 
 
 def _errors_text(form: Any) -> str:

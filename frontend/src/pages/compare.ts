@@ -11,17 +11,16 @@ import type { Comparison, CompareRun, MetricSeries, Page, Run } from "../types";
 
 export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   const chosen = JSON.parse(document.getElementById("compare-selection")?.textContent ?? "[]") as string[];
-  const baseline = byTestId<HTMLSelectElement>(root, "baseline-select");
-  const metric = byTestId<HTMLSelectElement>(root, "metric-select");
-  const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
-  const url = new URL(window.location.href);
-  metric.value = url.searchParams.get("metric") ?? "em";
-
   const picker = renderPicker(root, api, chosen);
   if (chosen.length === 0) {
     await picker;
     return;
   }
+  const baseline = byTestId<HTMLSelectElement>(root, "baseline-select");
+  const metric = byTestId<HTMLSelectElement>(root, "metric-select");
+  const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
+  const url = new URL(window.location.href);
+  metric.value = url.searchParams.get("metric") ?? "em";
   const charts = new Map<PanelKey, Chart>(
     PANELS.map(({ key, title }) => [key, createChart(byTestId(root, `chart-compare-${key}`), `${title} of the compared runs`)]),
   );
@@ -51,8 +50,7 @@ export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
     drawCurves();
   };
 
-  baseline.value = url.searchParams.get("baseline") ?? "";
-  fillBaselineChoices(baseline, chosen.map((id) => ({ id, name: id }) as CompareRun), baseline.value || null);
+  fillBaselineChoices(baseline, chosen.map((id) => ({ id, name: id })), url.searchParams.get("baseline"));
   baseline.addEventListener("change", () => void load());
   metric.addEventListener("change", () => void load());
   smoothing.addEventListener("input", () => {
@@ -112,7 +110,17 @@ function drawPanels(charts: Map<PanelKey, Chart>, comparison: Comparison, smooth
       if (!data) return [];
       const color = colorAt(i);
       const single = data.step.length === 1;
+      // The smoothed series first, so the legend shows its solid style; the raw one is drawn below it (z).
       return [
+        {
+          name: run.name,
+          type: "line",
+          data: points(data.step, ema(data[key], smoothing)),
+          showSymbol: single,
+          lineStyle: { width: 2 },
+          itemStyle: { color },
+          z: 3,
+        },
         {
           name: run.name,
           type: "line",
@@ -122,14 +130,7 @@ function drawPanels(charts: Map<PanelKey, Chart>, comparison: Comparison, smooth
           itemStyle: { color, opacity: 0.2 },
           silent: true,
           tooltip: { show: false },
-        },
-        {
-          name: run.name,
-          type: "line",
-          data: points(data.step, ema(data[key], smoothing)),
-          showSymbol: single,
-          lineStyle: { width: 2 },
-          itemStyle: { color },
+          z: 2,
         },
       ];
     });

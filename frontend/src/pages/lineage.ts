@@ -198,7 +198,10 @@ function candidatesFrom(
 ): HTMLElement[] {
   const own = rounds.filter((r) => r.parent_id === parentId);
   if (own.length === 0) return [h("p", { class: "muted", text: "No optimizer round started from this instruction." })];
-  return own.map((round) => h("div", {}, h("h4", { text: roundTitle(round) }), candidateTable(round, select)));
+  // The newest round open, older ones folded: a long-lived parent can have a dozen.
+  return own.map((round, i) =>
+    h("details", { class: "round", open: i === own.length - 1 }, h("summary", { text: roundTitle(round) }), candidateTable(round, select)),
+  );
 }
 
 function roundTitle(round: Round): string {

@@ -22,8 +22,8 @@ interface GraphNode {
   state: NodeState | "rejected";
 }
 
-const X_GAP = 70;
-const Y_GAP = 90;
+/** Margins of the graph inside its box, in pixels (the legend sits in the top one). */
+const MARGIN = { top: 48, bottom: 28, left: 32, right: 32 };
 
 /** Graph nodes: the instructions, then (if asked) one per rejected candidate, hanging off its round's parent. */
 function graphNodes(lineage: Lineage, bestId: string | null, withRejected: boolean): GraphNode[] {
@@ -56,7 +56,10 @@ function graphNodes(lineage: Lineage, bestId: string | null, withRejected: boole
 export class LineageGraph {
   private readonly chart: Chart;
 
-  constructor(element: HTMLElement, onSelect: (id: string) => void) {
+  constructor(
+    private readonly element: HTMLElement,
+    onSelect: (id: string) => void,
+  ) {
     this.chart = createChart(element, "Lineage of the run's instructions");
     this.chart.on("click", (params) => {
       const data = params.data as { id?: string; rejected?: boolean } | undefined;
@@ -68,14 +71,17 @@ export class LineageGraph {
     const nodes = graphNodes(lineage, bestId, withRejected);
     const layout = layoutLineage(nodes);
     const origins = [...new Set(nodes.map((n) => n.origin))];
+    // Gaps that give the layout the box's proportions, so fitting it to the box (aspect kept) fills the box.
+    const xGap = Math.max(1, this.element.clientWidth - MARGIN.left - MARGIN.right) / Math.max(1, layout.width - 1);
+    const yGap = Math.max(1, this.element.clientHeight - MARGIN.top - MARGIN.bottom) / Math.max(1, layout.depth);
     const data = nodes.map((node) => {
       const placed = layout.byId.get(node.id);
       const isSelected = node.id === selected;
       return {
         id: node.id,
         name: node.label,
-        x: (placed?.x ?? 0) * X_GAP,
-        y: (placed?.depth ?? 0) * Y_GAP,
+        x: (placed?.x ?? 0) * xGap,
+        y: (placed?.depth ?? 0) * yGap,
         category: origins.indexOf(node.origin),
         rejected: node.state === "rejected",
         tooltipText: node.tooltip,
@@ -87,7 +93,8 @@ export class LineageGraph {
           borderWidth: isSelected ? 3 : node.state === "best" ? 4 : 1,
           borderType: node.state === "pruned" ? "dashed" : "solid",
         },
-        label: { show: node.state !== "rejected" },
+        // Labels on every node overlap in a wide tree: the list beside the graph names them all.
+        label: { show: isSelected || node.state === "best" || node.parent_id === null },
       };
     });
     const links = nodes
@@ -107,16 +114,16 @@ export class LineageGraph {
             p.dataType === "node" ? escapeHtml(p.data.tooltipText ?? "").replace(/\n/g, "<br>") : "",
           extraCssText: "max-width: 22rem; white-space: normal;",
         },
-        legend: { data: origins, bottom: 0, selectedMode: false },
+        legend: { data: origins, top: 0, selectedMode: false },
         series: [
           {
             type: "graph",
             layout: "none",
             roam: true,
-            top: 24,
-            bottom: 40,
-            left: 32,
-            right: 32,
+            // Uniform scaling keeps the symbols round; they keep their size when zoomed.
+            preserveAspect: "contain",
+            nodeScaleRatio: 0,
+            ...MARGIN,
             categories: origins.map((origin) => ({ name: origin, itemStyle: { color: ORIGIN_COLORS[origin] ?? "#888" } })),
             label: { position: "bottom", fontSize: 10, color: "#333" },
             labelLayout: { hideOverlap: true },

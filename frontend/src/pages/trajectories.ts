@@ -74,7 +74,7 @@ function card(t: Trajectory): HTMLElement {
       h("span", { class: "gold", "data-testid": "trajectory-gold", text: t.golden_answers.join(" / ") || "—" }),
       " · answered ",
       h("span", { class: "answer", text: t.answer ?? "—" }),
-      ` · ${t.tool_calls} searches · ${t.response_tokens} tokens · instruction `,
+      ` · ${t.tool_calls} ${t.tool_calls === 1 ? "search" : "searches"} · ${t.response_tokens} tokens · instruction `,
       h("code", { text: t.instruction_id ?? "—" }),
     ),
     renderResponse(t.response),
