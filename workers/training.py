@@ -118,9 +118,10 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
         return "skipped"
     run = Run.objects.select_related("resume_checkpoint").get(pk=run_id)
     stop = StopCheck(run.pk, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
+    train = _train_verl if run.backend == "verl" and backend is None else _train
     try:
         with heartbeat(run.pk, settings.INSPO_HEARTBEAT_S):
-            result = _train(run, stop, backend)
+            result = train(run, stop, backend)
     except BaseException as error:
         _fail(run, f"{type(error).__name__}: {error}")
         raise
@@ -148,6 +149,26 @@ def _train(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
         loop.load_checkpoint(Path(checkpoint.path))
     try:
         return loop.run()
+    finally:
+        sink.flush()
+
+
+def _train_verl(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
+    """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink."""
+    from .verl import verl_execute
+
+    checkpoint = run.resume_checkpoint
+    if checkpoint is not None:
+        run_discard_after(run=run, step=checkpoint.step)
+    sink = DatabaseSink(run.pk)
+    try:
+        return verl_execute(
+            RunConfig.from_dict(run.config),
+            run_out_dir(run),
+            sink=sink,
+            should_stop=stop,
+            resume_step=checkpoint.step if checkpoint is not None else None,
+        )
     finally:
         sink.flush()
 

@@ -86,11 +86,11 @@ def prepare(
     out_dir: Path,
     *,
     cluster: Cluster | None = None,
-    resume: bool = False,
+    resume_step: int | None = None,
     python: str = sys.executable,
     extra: Sequence[str] = (),
 ) -> Job:
-    """Write the run's config and data and return the job; `resume` continues from the newest engine checkpoint."""
+    """Write the run's config and data and return the job; `resume_step` continues from that engine checkpoint."""
     if config.env.retriever != "remote" or not config.env.retriever_url:
         raise ValueError(
             "the verl backend retrieves through a Search-R1 /retrieve server: set env.retriever='remote' and "
@@ -110,17 +110,21 @@ def prepare(
         retriever_url=config.env.retriever_url,
     )
     overrides = verl_overrides(config, cluster=cluster, paths=paths, experiment=out_dir.name)
-    overrides += resume_overrides(out_dir) if resume else []
+    overrides += resume_overrides(out_dir, resume_step) if resume_step is not None else []
     argv = [python, "-m", MAIN_MODULE, *overrides, *extra]
     return Job(argv=argv, out_dir=out_dir, events=out_dir / EVENTS_FILE, stop_file=out_dir / STOP_FILE)
 
 
-def resume_overrides(out_dir: Path) -> list[str]:
-    """Resume verl from the shards of the newest engine checkpoint's step (the population is saved with it)."""
+def latest_step(out_dir: Path) -> int:
+    """The step of the newest engine checkpoint under `out_dir`."""
     checkpoint = latest_checkpoint(out_dir)
     if checkpoint is None:
         raise FileNotFoundError(f"no checkpoint with {STATE_FILE} under {out_dir / 'checkpoints'} to resume from")
-    step = int(checkpoint.name.removeprefix("step-"))
+    return int(checkpoint.name.removeprefix("step-"))
+
+
+def resume_overrides(out_dir: Path, step: int) -> list[str]:
+    """Resume verl from its shards of `step`; the population comes from the engine checkpoint of that step."""
     return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path='{out_dir / VERL_DIR}/global_step_{step}'"]
 
 
@@ -168,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config,
         args.out,
         cluster=Cluster(n_gpus_per_node=args.n_gpus_per_node, nnodes=args.nnodes),
-        resume=args.resume,
+        resume_step=latest_step(args.out.resolve()) if args.resume else None,
         extra=extra,
     )
     if args.print:

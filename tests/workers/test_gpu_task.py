@@ -1,0 +1,137 @@
+"""The GPU queue's path: a `backend: verl` run starts the verl job as a subprocess, its events reach the database
+through the same sink as a torch run, a cancel stops it cleanly (stop file, then SIGTERM / SIGKILL), and a job that
+dies leaves the run failed with the end of its log.
+
+The subprocess is `tests/engine/verl/fake_job.py` (INSPO_VERL_COMMAND): it takes the launcher's real overrides and
+writes real engine events with the scripted policy, so the launcher, the tail, the sink and the task all run."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.engine.verl._support import require_verl
+
+require_verl()
+
+from inspo_engine.config import preset  # noqa: E402
+from webapp.runs import services  # noqa: E402
+from webapp.runs.models import Checkpoint, Instruction, PopulationSnapshot, Run, StepMetric  # noqa: E402
+from workers import tasks  # noqa: E402
+from workers.verl import EventTail  # noqa: E402
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAKE_JOB = f"{sys.executable} -m tests.engine.verl.fake_job"
+
+
+@pytest.fixture(autouse=True)
+def _gpu_worker(worker_settings, settings, monkeypatch):
+    settings.INSPO_VERL_COMMAND = FAKE_JOB
+    settings.INSPO_VERL_POLL_S = 0.1
+    settings.INSPO_VERL_GRACE_S = 5
+    monkeypatch.delenv("FAKE_VERL_STEP_S", raising=False)
+    return worker_settings
+
+
+@pytest.fixture
+def submit(alice, alice_team):
+    def make(**overrides):
+        config = preset("smoke").with_overrides(
+            {"backend.name": "verl", "env.retriever": "remote", "env.retriever_url": "http://127.0.0.1:9/retrieve",
+             "total_steps": 6, **overrides}
+        )
+        return services.run_submit(team=alice_team, user=alice, name="verl", config=config.to_dict())
+
+    return make
+
+
+def test_a_verl_run_goes_to_the_gpu_queue_and_stores_the_jobs_events(submit, enqueued):
+    run = submit()
+    assert run.backend == "verl" and enqueued[-1][2] == "gpu"
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "finished"
+    run.refresh_from_db()
+    assert run.status == Run.Status.FINISHED and run.step == 6 and run.best_instruction is not None
+    assert list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [1, 2, 3, 4, 5, 6]
+    assert Instruction.objects.filter(run=run, origin="seed").exists()
+    assert PopulationSnapshot.objects.filter(run=run, reason="step").count() == 6
+    assert Checkpoint.objects.filter(run=run, available=True).exists()
+    out = run_dir(run)
+    assert (out / "data" / "train.parquet").is_file() and (out / "config.json").is_file()
+    assert "fake verl job" in (out / "verl.log").read_text()
+
+
+def run_dir(run):
+    from workers.training import run_out_dir
+
+    return run_out_dir(run)
+
+
+def cancel_when(run, condition):
+    def watch():
+        from django.db import connection
+
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not condition():
+                time.sleep(0.05)
+            services.run_cancel(run=Run.objects.get(pk=run.pk), user=run.creator)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_cancel_stops_the_job_after_its_step_with_a_checkpoint(submit, monkeypatch):
+    monkeypatch.setenv("FAKE_VERL_STEP_S", "0.3")
+    run = submit(total_steps=50)
+    watcher = cancel_when(run, lambda: StepMetric.objects.filter(run=run).count() >= 2)
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "cancelled"
+    watcher.join(5)
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED and 2 <= run.step < 50
+    assert (run_dir(run) / "STOP").exists()
+    assert Checkpoint.objects.filter(run=run, step=run.step).exists()  # saved on the way out
+
+
+def test_a_job_that_ignores_the_stop_file_is_terminated(submit, monkeypatch, settings):
+    monkeypatch.setenv("FAKE_VERL_IGNORE_STOP", "1")
+    monkeypatch.setenv("FAKE_VERL_STEP_S", "0.3")
+    settings.INSPO_VERL_GRACE_S = 1
+    run = submit(total_steps=50)
+    watcher = cancel_when(run, lambda: StepMetric.objects.filter(run=run).count() >= 2)
+    started = time.monotonic()
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "cancelled"
+    watcher.join(5)
+    assert time.monotonic() - started < 60
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED and 2 <= run.step < 50
+
+
+def test_a_job_that_dies_fails_the_run_with_its_log(submit, monkeypatch):
+    monkeypatch.setenv("FAKE_VERL_CRASH_AT", "3")
+    run = submit()
+    with pytest.raises(Exception, match="exited with status 1"):
+        tasks.run_training.apply(args=[str(run.pk)]).get()
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    assert "CUDA error: an illegal memory access" in run.error
+    assert StepMetric.objects.filter(run=run).count() == 2  # what it did before dying is kept
+
+
+def test_the_tail_waits_for_the_end_of_a_torn_line(tmp_path):
+    from inspo_engine.events import RunFailed
+
+    path = tmp_path / "events.jsonl"
+    line = '{"kind": "run_failed", "time": 1.0, "step": 3, "error": "x"}\n'
+    path.write_text(line[:20])
+    tail = EventTail(path)
+    assert tail.read() == []
+    with path.open("a") as handle:
+        handle.write(line[20:])
+    assert tail.read() == [RunFailed(step=3, error="x", time=1.0)]

@@ -1,0 +1,171 @@
+"""Runs a `backend: verl` run on a GPU worker: the verl job as a subprocess, its events.jsonl tailed into the
+database sink, a cancel turned into the job's stop file (then SIGTERM, then SIGKILL to its process group), and a
+job that dies reported with the end of its log. It knows processes and files; the engine runs in the subprocess.
+
+The command is the launcher's (`python -m inspo_engine.backends.verl.main <overrides>`) unless INSPO_VERL_COMMAND
+names another program, which then gets the same overrides (tests use a fake job that writes real engine events).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+from inspo_engine import events as ev
+from inspo_engine.backends.verl.launcher import Job, job_environment, prepare
+from inspo_engine.backends.verl.overrides import Cluster
+from inspo_engine.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+LOG_FILE = "verl.log"
+LOG_TAIL_CHARS = 4000
+
+
+class VerlJobFailed(RuntimeError):
+    """The verl job exited without finishing the run; the message ends with its log."""
+
+
+@dataclass
+class Outcome:
+    """How the job ended, as `_settle` reads it."""
+
+    status: str
+    step: int
+
+
+def setting(name: str, default: Any) -> Any:
+    """A worker setting: Django settings first, then the environment (the GPU image sets these)."""
+    return getattr(settings, name, None) or os.environ.get(name) or default
+
+
+class EventTail:
+    """Complete lines appended to an events.jsonl since `offset`; a torn last line waits for its end."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+        self._partial = b""
+
+    def read(self) -> list[ev.Event]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        self.offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        return [ev.event_from_dict(json.loads(line)) for line in lines if line.strip()]
+
+
+def job_command(job: Job) -> list[str]:
+    """The launcher's command, or INSPO_VERL_COMMAND followed by the same overrides."""
+    override = str(setting("INSPO_VERL_COMMAND", ""))
+    if not override:
+        return job.argv
+    return [*shlex.split(override), *job.argv[3:]]  # the overrides follow `python -m <module>`
+
+
+def log_tail(path: Path, chars: int = LOG_TAIL_CHARS) -> str:
+    if not path.exists():
+        return ""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - chars))
+        return handle.read().decode("utf-8", errors="replace")
+
+
+def terminate(process: subprocess.Popen[bytes], grace_s: float) -> int:
+    """SIGTERM to the job's process group, SIGKILL after `grace_s`; returns the exit status."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 30.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            log.warning("verl job %s ignored %s for %.0f s", process.pid, sig.name, wait)
+    return process.wait()
+
+
+def verl_execute(
+    config: RunConfig,
+    out_dir: Path,
+    *,
+    sink: ev.EventSink,
+    should_stop: Callable[[], bool],
+    resume_step: int | None = None,
+    poll_s: float | None = None,
+    grace_s: float | None = None,
+) -> Outcome:
+    """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
+    checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
+    terminated. Raises VerlJobFailed when it ends without a RunFinished event."""
+    poll = float(setting("INSPO_VERL_POLL_S", 1.0) if poll_s is None else poll_s)
+    grace = float(setting("INSPO_VERL_GRACE_S", 600) if grace_s is None else grace_s)
+    cluster = Cluster(
+        n_gpus_per_node=int(setting("INSPO_VERL_GPUS_PER_NODE", 8)), nnodes=int(setting("INSPO_VERL_NNODES", 1))
+    )
+    job = prepare(config, out_dir, cluster=cluster, resume_step=resume_step)
+    tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
+    with (out_dir / LOG_FILE).open("ab") as output:
+        process = subprocess.Popen(
+            job_command(job), stdout=output, stderr=subprocess.STDOUT, env=job_environment(), start_new_session=True
+        )
+        log.info("verl job %s started for %s: %s", process.pid, out_dir, " ".join(job_command(job)))
+        finished, killed = _follow(process, tail, job, sink, should_stop, poll, grace)
+    if finished is not None:
+        return Outcome(finished.status, finished.step)
+    if killed:
+        return Outcome("cancelled", _last_step(job.events))
+    raise VerlJobFailed(f"the verl job exited with status {process.returncode}; its log ends:\n{log_tail(out_dir / LOG_FILE)}")
+
+
+def _follow(
+    process: subprocess.Popen[bytes],
+    tail: EventTail,
+    job: Job,
+    sink: ev.EventSink,
+    should_stop: Callable[[], bool],
+    poll: float,
+    grace: float,
+) -> tuple[ev.RunFinished | None, bool]:
+    """Forward events until the job exits; returns its RunFinished (if any) and whether it had to be killed."""
+    finished: ev.RunFinished | None = None
+    stop_requested: float | None = None
+    killed = False
+    try:
+        while True:
+            exited = process.poll() is not None
+            for event in tail.read():
+                sink.emit(event)
+                finished = event if isinstance(event, ev.RunFinished) else finished
+            if exited:
+                return finished, killed
+            if stop_requested is None and should_stop():
+                job.stop_file.touch()
+                stop_requested = time.monotonic()
+            elif stop_requested is not None and time.monotonic() - stop_requested > grace:
+                terminate(process, grace_s=30.0)
+                killed = True
+            time.sleep(poll)
+    except BaseException:
+        if process.poll() is None:
+            terminate(process, grace_s=30.0)
+        raise
+
+
+def _last_step(path: Path) -> int:
+    steps = [e.step for e in ev.read_events(path) if isinstance(e, ev.StepCompleted)] if path.exists() else []
+    return max(steps, default=0)
