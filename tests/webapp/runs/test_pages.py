@@ -1,23 +1,46 @@
-"""Run pages: the submission form (engine errors next to their field), the list, detail and trajectory pages."""
+"""Run pages: the submission form (engine errors next to their field), the list (filters, sorting, actions), and
+the shells the dashboards mount on — detail, lineage, trajectories, compare — with their permissions."""
 
 from __future__ import annotations
 
+import json
 import re
+import uuid
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
+from tests.factories import RunFactory
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
 
 
+def signed_in(user):
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
 @pytest.fixture
 def browser(alice):
-    client = Client()
-    client.force_login(alice)
-    return client
+    return signed_in(alice)
+
+
+@pytest.fixture
+def running(alice, alice_team):
+    return RunFactory(team=alice_team, creator=alice, name="alices running run", status=Run.Status.RUNNING)
+
+
+@pytest.fixture
+def other(bob, bob_team):
+    return RunFactory(team=bob_team, creator=bob, name="bobs run", status=Run.Status.RUNNING)
+
+
+def has_testid(html: str, testid: str) -> bool:
+    return f'data-testid="{testid}"' in html
 
 
 def field_errors(html: str, field: str) -> str:
@@ -53,13 +76,115 @@ def test_the_form_rejects_broken_json(browser, alice_team):
     assert response.status_code == 400 and "not valid JSON" in field_errors(response.content.decode(), "overrides")
 
 
-def test_detail_and_trajectory_pages_show_the_run(browser, scripted_run):
-    detail = browser.get(reverse("runs:detail", kwargs={"run_id": scripted_run.pk})).content.decode()
-    assert scripted_run.best_instruction.key in detail and "Evolution rounds" in detail and "sha256" in detail
-    trajectories = browser.get(reverse("runs:trajectories", kwargs={"run_id": scripted_run.pk}), {"step": "2"})
-    assert trajectories.status_code == 200 and "reward" in trajectories.content.decode()
+def test_the_run_pages_of_a_trained_run_mount_the_dashboards(browser, scripted_run):
+    run_id = scripted_run.pk
+    detail = browser.get(reverse("runs:detail", kwargs={"run_id": run_id})).content.decode()
+    assert scripted_run.best_instruction.key in detail and "sha256" in detail
+    assert 'data-page="run"' in detail and "inspo/app/main.js" in detail
+    for testid in ("run-status", "run-progress", "chart-reward_mean", "chart-population", "download-best-instruction"):
+        assert has_testid(detail, testid), testid
+    lineage = browser.get(reverse("runs:lineage", kwargs={"run_id": run_id})).content.decode()
+    assert 'data-page="lineage"' in lineage and "Evolution rounds" in lineage
+    assert has_testid(lineage, "lineage-critique") and has_testid(lineage, "lineage-diff")
+    trajectories = browser.get(reverse("runs:trajectories", kwargs={"run_id": run_id}), {"step": "2"})
+    assert trajectories.status_code == 200
+    assert re.search(r'<option value="2" selected>', trajectories.content.decode())
+
+
+def test_the_trajectory_page_picks_the_newest_step_when_the_address_names_none_or_a_bad_one(browser, scripted_run):
+    url = reverse("runs:trajectories", kwargs={"run_id": scripted_run.pk})
+    newest = scripted_run.trajectories.order_by("-step").values_list("step", flat=True).first()
+    for query in ({}, {"step": "oops"}, {"step": "999"}):
+        html = browser.get(url, query).content.decode()
+        assert f'<option value="{newest}" selected>' in html, query
+
+
+def test_pages_of_a_run_without_any_data_render(browser, running):
+    for name in ("runs:detail", "runs:lineage", "runs:trajectories"):
+        response = browser.get(reverse(name, kwargs={"run_id": running.pk}))
+        assert response.status_code == 200, name
+    html = browser.get(reverse("runs:trajectories", kwargs={"run_id": running.pk})).content.decode()
+    assert "none yet" in html
 
 
 def test_the_list_filters_by_status(browser, scripted_run):
     assert scripted_run.name in browser.get(reverse("runs:list"), {"status": "finished"}).content.decode()
     assert scripted_run.name not in browser.get(reverse("runs:list"), {"status": "queued"}).content.decode()
+
+
+def names_in_order(html: str) -> list[str]:
+    return re.findall(r'<td><a href="/runs/[0-9a-f-]+/">([^<]+)</a></td>', html)
+
+
+def test_the_list_filters_by_preset_and_sorts(browser, alice, alice_team):
+    for name, preset in (("b-run", "smoke"), ("a-run", "cpu-demo"), ("c-run", "smoke")):
+        RunFactory(team=alice_team, creator=alice, name=name, preset=preset)
+    assert names_in_order(browser.get(reverse("runs:list"), {"ordering": "name"}).content.decode()) == [
+        "a-run",
+        "b-run",
+        "c-run",
+    ]
+    assert names_in_order(browser.get(reverse("runs:list"), {"ordering": "-name"}).content.decode())[0] == "c-run"
+    smoke = browser.get(reverse("runs:list"), {"preset": "smoke", "ordering": "name"}).content.decode()
+    assert names_in_order(smoke) == ["b-run", "c-run"]
+    newest_first = names_in_order(browser.get(reverse("runs:list"), {"ordering": "nonsense"}).content.decode())
+    assert newest_first == ["c-run", "a-run", "b-run"]
+
+
+def test_the_list_offers_actions_that_apply_to_each_run(browser, alice, alice_team, running):
+    RunFactory(team=alice_team, creator=alice, name="failed one", status=Run.Status.FAILED)
+    html = browser.get(reverse("runs:list")).content.decode()
+    assert has_testid(html, "bulk-cancel") and has_testid(html, "submit-run")
+    assert f'name="select-run" value="{running.pk}"' in html
+    assert html.count('name="select-run"') == 1  # only the active run can be cancelled
+    assert reverse("runs:cancel", kwargs={"run_id": running.pk}) in html
+    failed = Run.objects.get(name="failed one")
+    assert reverse("runs:resume", kwargs={"run_id": failed.pk}) in html
+    assert reverse("runs:cancel", kwargs={"run_id": failed.pk}) not in html
+
+
+def test_a_viewer_sees_no_submit_or_cancel_buttons(alice, victor, running):
+    viewer = signed_in(victor)
+    listing = viewer.get(reverse("runs:list")).content.decode()
+    assert running.name in listing
+    assert reverse("runs:new") not in listing and not has_testid(listing, "bulk-cancel")
+    assert reverse("runs:cancel", kwargs={"run_id": running.pk}) not in listing
+    assert 'name="select-run"' not in listing
+    pages = [
+        reverse(name, kwargs={"run_id": running.pk}) for name in ("runs:detail", "runs:lineage", "runs:trajectories")
+    ]
+    for page in [*pages, reverse("runs:compare") + f"?runs={running.pk}"]:
+        html = viewer.get(page).content.decode()
+        assert reverse("runs:new") not in html and "runs/new" not in html, page
+        assert reverse("runs:cancel", kwargs={"run_id": running.pk}) not in html, page
+        assert not has_testid(html, "cancel-run"), page
+
+
+@pytest.mark.parametrize("name", ["runs:lineage", "runs:detail", "runs:trajectories"])
+def test_run_pages_are_for_the_runs_team_only(name, running, bob):
+    target = reverse(name, kwargs={"run_id": running.pk})
+    anonymous = signed_in(None).get(target)
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("accounts:login"))
+    assert signed_in(bob).get(target).status_code == 404
+
+
+def test_the_compare_page_names_the_chosen_runs(browser, alice, alice_team, running):
+    second = RunFactory(team=alice_team, creator=alice, name="second")
+    response = browser.get(reverse("runs:compare"), {"runs": [str(running.pk), f"{second.pk},{running.pk}"]})
+    html = response.content.decode()
+    assert response.status_code == 200 and 'data-page="compare"' in html
+    chosen = re.search(r'<script id="compare-selection" type="application/json">(.*?)</script>', html)
+    assert chosen and json.loads(chosen.group(1)) == [str(running.pk), str(second.pk)]
+    empty = browser.get(reverse("runs:compare")).content.decode()
+    assert has_testid(empty, "compare-empty") and has_testid(empty, "run-picker")
+
+
+def test_the_compare_page_refuses_runs_the_user_cannot_see(browser, running, other):
+    compare = reverse("runs:compare")
+    anonymous = signed_in(None).get(compare, {"runs": str(running.pk)})
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith(reverse("accounts:login"))
+    assert browser.get(compare, {"runs": [str(running.pk), str(other.pk)]}).status_code == 404
+    assert browser.get(compare, {"runs": "not-a-uuid"}).status_code == 404
+    assert browser.get(compare, {"runs": [str(uuid.uuid4())]}).status_code == 404
+    too_many = [str(running.pk)] + [str(uuid.uuid4()) for _ in range(12)]
+    assert browser.get(compare, {"runs": too_many}).status_code == 404
