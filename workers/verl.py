@@ -129,7 +129,9 @@ def verl_execute(
         return Outcome(finished.status, finished.step)
     if killed:
         return Outcome("cancelled", _last_step(job.events))
-    raise VerlJobFailed(f"the verl job exited with status {process.returncode}; its log ends:\n{log_tail(out_dir / LOG_FILE)}")
+    raise VerlJobFailed(
+        f"the verl job exited with status {process.returncode}; its log ends:\n{log_tail(out_dir / LOG_FILE)}"
+    )
 
 
 def _follow(

@@ -41,8 +41,13 @@ def _gpu_worker(worker_settings, settings, monkeypatch):
 def submit(alice, alice_team):
     def make(**overrides):
         config = preset("smoke").with_overrides(
-            {"backend.name": "verl", "env.retriever": "remote", "env.retriever_url": "http://127.0.0.1:9/retrieve",
-             "total_steps": 6, **overrides}
+            {
+                "backend.name": "verl",
+                "env.retriever": "remote",
+                "env.retriever_url": "http://127.0.0.1:9/retrieve",
+                "total_steps": 6,
+                **overrides,
+            }
         )
         return services.run_submit(team=alice_team, user=alice, name="verl", config=config.to_dict())
 
@@ -55,7 +60,14 @@ def test_a_verl_run_goes_to_the_gpu_queue_and_stores_the_jobs_events(submit, enq
     assert tasks.run_training.apply(args=[str(run.pk)]).get() == "finished"
     run.refresh_from_db()
     assert run.status == Run.Status.FINISHED and run.step == 6 and run.best_instruction is not None
-    assert list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [1, 2, 3, 4, 5, 6]
+    assert list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", flat=True)) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+        6,
+    ]
     assert Instruction.objects.filter(run=run, origin="seed").exists()
     assert PopulationSnapshot.objects.filter(run=run, reason="step").count() == 6
     assert Checkpoint.objects.filter(run=run, available=True).exists()

@@ -55,7 +55,12 @@ def rows(questions: Sequence[Question], data_source: str) -> list[dict[str, Any]
             "ability": "fact-reasoning",
             "agent_name": AGENT_NAME,
             "reward_model": {"style": "rule", "ground_truth": {"target": list(q.golden_answers)}},
-            "extra_info": {"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)},
+            "extra_info": {
+                "index": i,
+                "question_id": q.id,
+                "question": q.text,
+                "golden_answers": list(q.golden_answers),
+            },
         }
         for i, q in enumerate(questions)
     ]

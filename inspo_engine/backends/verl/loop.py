@@ -242,4 +242,3 @@ class VerlLoop(CoEvolution):
 def data_source_counts(fields: Fields) -> Counter[str]:
     """Questions per benchmark in a validation batch."""
     return Counter(str(source) for source in fields.get("data_source", []))
-

@@ -19,7 +19,6 @@ from types import FrameType
 from typing import Any
 
 import ray
-
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
@@ -74,7 +73,7 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
 
 
 @ray.remote(num_cpus=1)
-class InspoTaskRunner(BaseTaskRunner):  # type: ignore[misc]
+class InspoTaskRunner(BaseTaskRunner):
     """verl's legacy TaskRunner with `InspoRayPPOTrainer`."""
 
     def run(self, config: Any) -> None:
@@ -90,7 +89,9 @@ class InspoTaskRunner(BaseTaskRunner):  # type: ignore[misc]
         self.add_critic_worker(config)
         self.add_reward_model_resource_pool(config)
         self.add_teacher_model_resource_pool(config)
-        validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+        validate_config(
+            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+        )
         model = omega_conf_to_dataclass(config.actor_rollout_ref.model)
         data = config.data
         train = create_rl_dataset(data.train_files, data, model.tokenizer, model.processor, is_train=True)

@@ -72,7 +72,9 @@ def verl_overrides(
 def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experiment: str) -> list[tuple[str, Any]]:
     grpo, env, evaluation = config.grpo, config.env, config.eval
     per_gpu = max(1, grpo.micro_batch_size // cluster.n_gpus)
-    response = response_length_for(env.max_turns, min(env.max_turn_tokens, config.backend.max_new_tokens), env.max_obs_tokens)
+    response = response_length_for(
+        env.max_turns, min(env.max_turn_tokens, config.backend.max_new_tokens), env.max_obs_tokens
+    )
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     pairs: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", "grpo"),
@@ -153,7 +155,7 @@ def _value(value: Any) -> str:
     """A value in Hydra's override grammar: strings that are not plain names are quoted.
 
     >>> _value(True), _value(5e-07), _value("vllm"), _value("http://h:8000"), _value(None), _value(["console"])
-    ('true', '5e-07', 'vllm', "'http://h:8000'", 'null', "['console']")
+    ('true', '5e-07', 'vllm', "'http://h:8000'", 'null', '[console]')
     """
     if value is None:
         return "null"

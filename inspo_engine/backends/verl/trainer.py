@@ -56,8 +56,10 @@ def score_rows(instruction: str, questions: Sequence[Question]) -> DataProto:
             [{"style": "rule", "ground_truth": {"target": list(q.golden_answers)}} for q in questions]
         ),
         "extra_info": object_array(
-            [{"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)}
-             for i, q in enumerate(questions)]
+            [
+                {"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)}
+                for i, q in enumerate(questions)
+            ]
         ),
         "data_source": object_array([VERIFY_SOURCE] * n),
         "agent_name": object_array([AGENT_NAME] * n),
@@ -108,7 +110,7 @@ class VerlPolicy:
         raise NotImplementedError("verl restores its own checkpoint (trainer.resume_from_path)")
 
 
-class InspoRayPPOTrainer(RayPPOTrainer):  # type: ignore[misc]
+class InspoRayPPOTrainer(RayPPOTrainer):
     """RayPPOTrainer whose batches carry the population's instructions (see the module docstring)."""
 
     inspo: VerlLoop

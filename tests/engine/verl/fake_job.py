@@ -41,7 +41,9 @@ def main(argv: Sequence[str]) -> int:
     out_dir = Path(options["+inspo.out_dir"].strip("'"))
     config = RunConfig.from_json(Path(options["+inspo.run_config"].strip("'")).read_text(encoding="utf-8"))
     print(f"fake verl job: {len(argv)} overrides, resume={options.get('trainer.resume_mode')}", flush=True)
-    backend = SlowBackend(config.seed, float(os.environ.get("FAKE_VERL_STEP_S", "0")), int(os.environ.get("FAKE_VERL_CRASH_AT", "0")))
+    backend = SlowBackend(
+        config.seed, float(os.environ.get("FAKE_VERL_STEP_S", "0")), int(os.environ.get("FAKE_VERL_CRASH_AT", "0"))
+    )
     ignore_stop = os.environ.get("FAKE_VERL_IGNORE_STOP") == "1"
     loop = CoEvolution(
         config,

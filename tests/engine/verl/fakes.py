@@ -35,16 +35,16 @@ class TinyModelServer:
         return TokenOutput(token_ids=ids, log_probs=logprobs, stop_reason="completed")
 
     @torch.inference_mode()
-    def _generate(
-        self, context: list[int], forced: list[int], params: dict[str, Any]
-    ) -> tuple[list[int], list[float]]:
+    def _generate(self, context: list[int], forced: list[int], params: dict[str, Any]) -> tuple[list[int], list[float]]:
         stops = params.get("stop") or []
         ids: list[int] = []
         logprobs: list[float] = []
         for i in range(int(params["max_tokens"])):
             logits = self.model(input_ids=torch.tensor([context + ids]), logits_to_keep=1).logits[0, -1].float()
             log_probs = torch.log_softmax(logits / max(float(params.get("temperature", 1.0)), 1e-5), dim=-1)
-            token = forced[i] if i < len(forced) else int(torch.multinomial(log_probs.exp(), 1, generator=self.generator))
+            token = (
+                forced[i] if i < len(forced) else int(torch.multinomial(log_probs.exp(), 1, generator=self.generator))
+            )
             ids.append(token)
             logprobs.append(float(log_probs[token]))
             if token == self.tokenizer.eos_token_id:

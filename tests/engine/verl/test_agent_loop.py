@@ -29,8 +29,12 @@ SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty":
 
 def loop_config(url: str, *, max_turns: int = 3, turn_tokens: int = 32, obs_tokens: int = 96) -> Any:
     config = preset("smoke").with_overrides(
-        {"env.max_turns": max_turns, "env.max_turn_tokens": turn_tokens, "backend.max_new_tokens": turn_tokens,
-         "env.max_obs_tokens": obs_tokens}
+        {
+            "env.max_turns": max_turns,
+            "env.max_turn_tokens": turn_tokens,
+            "backend.max_new_tokens": turn_tokens,
+            "env.max_obs_tokens": obs_tokens,
+        }
     )
     return compose([*verl_overrides(config), f"+inspo.retriever_url='{url}'"])
 
@@ -197,3 +201,17 @@ def test_gold_answers_may_come_as_any_sequence(answers, retrieval_server, tiny_m
     reward_model = {"ground_truth": {"target": np.array(answers, dtype=object)}}
     out = run(make_loop(loop_config(url), server, tokenizer), reward_model=reward_model)
     assert out.reward_score == 1.0
+
+
+def test_a_fresh_process_that_imports_verl_gets_the_loop_through_the_installed_entry_point() -> None:
+    """What a Ray worker does: import verl, which loads the `verl.plugins` entry points, then look the name up."""
+    import subprocess
+    import sys
+
+    code = (
+        "import verl\n"
+        "from verl.experimental.agent_loop.agent_loop import _agent_loop_registry as r\n"
+        f"print(r[{AGENT_NAME!r}]['_target_'])"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "inspo_engine.backends.verl.agent_loop.SearchR1AgentLoop"

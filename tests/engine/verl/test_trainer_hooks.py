@@ -46,8 +46,16 @@ G = 2
 def paper_like(**overrides: Any) -> RunConfig:
     """The paper's population schedule (N_P 7, K_p 5, K_e 15, T_e 150) with tiny batches and the offline optimizer."""
     return preset("paper").with_overrides(
-        {"optimizer.provider": "rules", "batch_size": 4, "mini_batch_size": 4, "micro_batch_size": 4,
-         "group_size": G, "verify_samples": 6, "checkpoint.checkpoint_every": 100, **overrides}
+        {
+            "optimizer.provider": "rules",
+            "batch_size": 4,
+            "mini_batch_size": 4,
+            "micro_batch_size": 4,
+            "group_size": G,
+            "verify_samples": 6,
+            "checkpoint.checkpoint_every": 100,
+            **overrides,
+        }
     )
 
 
@@ -83,10 +91,16 @@ class Harness:
         self.merged: list[tuple[Path, Path]] = []
         self.out_dir = out_dir
         self.loop: VerlLoop
-        self.policy = VerlPolicy(trainer, verl_dir=out_dir / "verl", merge=self.merge, step=lambda: self.loop.progress.step)
+        self.policy = VerlPolicy(
+            trainer, verl_dir=out_dir / "verl", merge=self.merge, step=lambda: self.loop.progress.step
+        )
         self.loop = VerlLoop(
-            config, policy=self.policy, train_questions=questions(16), optimizer=make_optimizer(config, out_dir, None),
-            sink=self.sink, out_dir=out_dir,
+            config,
+            policy=self.policy,
+            train_questions=questions(16),
+            optimizer=make_optimizer(config, out_dir, None),
+            sink=self.sink,
+            out_dir=out_dir,
         )
         self.data_rng = random.Random(1)
 
@@ -98,16 +112,20 @@ class Harness:
     def batch(self, step: int) -> DataProto:
         """What RayPPOTrainer.fit hands `_get_gen_batch`: one row per question with a fresh uid."""
         qs = self.data_rng.sample(questions(16), self.config.grpo.batch_size)
-        return DataProto.from_single_dict({
-            "dummy_tensor": torch.zeros((len(qs), 1), dtype=torch.uint8),
-            "raw_prompt": object_array([[{"role": "user", "content": q.text}] for q in qs]),
-            "extra_info": object_array(
-                [{"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)}
-                 for i, q in enumerate(qs)]
-            ),
-            "data_source": object_array(["train"] * len(qs)),
-            "uid": object_array([f"s{step}-{i}" for i in range(len(qs))]),
-        })
+        return DataProto.from_single_dict(
+            {
+                "dummy_tensor": torch.zeros((len(qs), 1), dtype=torch.uint8),
+                "raw_prompt": object_array([[{"role": "user", "content": q.text}] for q in qs]),
+                "extra_info": object_array(
+                    [
+                        {"index": i, "question_id": q.id, "question": q.text, "golden_answers": list(q.golden_answers)}
+                        for i, q in enumerate(qs)
+                    ]
+                ),
+                "data_source": object_array(["train"] * len(qs)),
+                "uid": object_array([f"s{step}-{i}" for i in range(len(qs))]),
+            }
+        )
 
     def step(self, step: int, rewards: Any = None) -> DataProto:
         """One training step: inject, repeat G times (as fit does), score, shuffle (balance_batch), record."""
@@ -240,7 +258,9 @@ def test_a_stopped_run_finishes_cancelled_with_a_checkpoint(tmp_path: Path) -> N
     h.step(1)
     result = h.loop.finish("cancelled")
     assert result.status == "cancelled" and h.sink.of(RunFinished)[-1].status == "cancelled"
-    assert json.loads((tmp_path / "checkpoints" / "step-000001" / "inspo_state.json").read_text())["progress"]["step"] == 1
+    assert (
+        json.loads((tmp_path / "checkpoints" / "step-000001" / "inspo_state.json").read_text())["progress"]["step"] == 1
+    )
 
 
 @pytest.mark.parametrize("mode", ["pre", "post"])
