@@ -19,5 +19,8 @@ const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | voi
 const root = document.getElementById("app");
 const page = root?.dataset.page;
 if (root && page && page in PAGES) {
-  void PAGES[page](root, new Api(root.dataset.api ?? "/api/v1/"));
+  // `data-ready` tells browser tests and the load benchmark that the first data is drawn (or its error shown).
+  void Promise.resolve(PAGES[page](root, new Api(root.dataset.api ?? "/api/v1/"))).finally(() => {
+    root.dataset.ready = "true";
+  });
 }

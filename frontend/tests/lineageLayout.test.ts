@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ancestry, layoutLineage } from "../src/transforms/lineageLayout";
+import { layoutLineage } from "../src/transforms/lineageLayout";
 
 const node = (id: string, parent_id: string | null = null) => ({ id, parent_id });
 
@@ -40,13 +40,5 @@ describe("layoutLineage", () => {
   it("keeps the first of duplicate ids and handles an empty lineage", () => {
     expect(layoutLineage([node("a"), node("a", "b")]).nodes).toHaveLength(1);
     expect(layoutLineage([])).toMatchObject({ nodes: [], width: 0, depth: 0 });
-  });
-});
-
-describe("ancestry", () => {
-  it("walks from a node up to its root", () => {
-    const layout = layoutLineage([node("seed"), node("a", "seed"), node("c", "a")]);
-    expect(ancestry(layout, "c")).toEqual(["c", "a", "seed"]);
-    expect(ancestry(layout, "nope")).toEqual([]);
   });
 });

@@ -24,6 +24,8 @@ interface GraphNode {
 
 /** Margins of the graph inside its box, in pixels (the legend sits in the top one). */
 const MARGIN = { top: 48, bottom: 28, left: 32, right: 32 };
+/** Largest gaps between neighbours and generations: a small tree stays compact instead of filling the box. */
+const MAX_GAP = { x: 140, y: 110 };
 
 /** Graph nodes: the instructions, then (if asked) one per rejected candidate, hanging off its round's parent. */
 function graphNodes(lineage: Lineage, bestId: string | null, withRejected: boolean): GraphNode[] {
@@ -71,9 +73,11 @@ export class LineageGraph {
     const nodes = graphNodes(lineage, bestId, withRejected);
     const layout = layoutLineage(nodes);
     const origins = [...new Set(nodes.map((n) => n.origin))];
-    // Gaps that give the layout the box's proportions, so fitting it to the box (aspect kept) fills the box.
-    const xGap = Math.max(1, this.element.clientWidth - MARGIN.left - MARGIN.right) / Math.max(1, layout.width - 1);
-    const yGap = Math.max(1, this.element.clientHeight - MARGIN.top - MARGIN.bottom) / Math.max(1, layout.depth);
+    // Gaps that give a large layout the box's proportions, so fitting it to the box (aspect kept) fills the box.
+    const boxWidth = Math.max(1, this.element.clientWidth - MARGIN.left - MARGIN.right);
+    const boxHeight = Math.max(1, this.element.clientHeight - MARGIN.top - MARGIN.bottom);
+    const xGap = Math.min(MAX_GAP.x, boxWidth / Math.max(1, layout.width - 1));
+    const yGap = Math.min(MAX_GAP.y, boxHeight / Math.max(1, layout.depth));
     const data = nodes.map((node) => {
       const placed = layout.byId.get(node.id);
       const isSelected = node.id === selected;

@@ -71,14 +71,3 @@ export function layoutLineage(input: readonly TreeInput[]): Layout {
   const nodes = order.map((node) => byId.get(node.id) as Placed);
   return { nodes, byId, width: nextLeaf, depth: maxDepth };
 }
-
-/** The ids from a node up to its root, following the drawn parents (the node first). */
-export function ancestry(layout: Layout, id: string): string[] {
-  const chain: string[] = [];
-  let current = layout.byId.get(id);
-  while (current) {
-    chain.push(current.id);
-    current = current.parent === null ? undefined : layout.byId.get(current.parent);
-  }
-  return chain;
-}
