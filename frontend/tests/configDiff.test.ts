@@ -33,7 +33,12 @@ describe("configDiff", () => {
   });
 
   it("compares array and object values by content, not identity or key order", () => {
-    expect(configDiff([{ l: [1, 2], o: [{ x: 1, y: 2 }] }, { l: [1, 2], o: [{ y: 2, x: 1 }] }])).toEqual([]);
+    expect(
+      configDiff([
+        { l: [1, 2], o: [{ x: 1, y: 2 }] },
+        { l: [1, 2], o: [{ y: 2, x: 1 }] },
+      ]),
+    ).toEqual([]);
     expect(configDiff([{ l: [1, 2] }, { l: [2, 1] }])).toHaveLength(1);
   });
 

@@ -3,9 +3,9 @@ import { estimateEta, formatDuration, stepDurations } from "../src/transforms/et
 
 describe("estimateEta", () => {
   it("multiplies the steps left by the mean of the recent step durations", () => {
-    expect(estimateEta({ step: 10, totalSteps: 30, stepSeconds: [100, 100, 2, 4], elapsedSeconds: 999, window: 2 })).toBe(
-      60,
-    );
+    expect(
+      estimateEta({ step: 10, totalSteps: 30, stepSeconds: [100, 100, 2, 4], elapsedSeconds: 999, window: 2 }),
+    ).toBe(60);
   });
 
   it("falls back to the elapsed time per step without timings", () => {

@@ -22,7 +22,10 @@ export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   const url = new URL(window.location.href);
   metric.value = url.searchParams.get("metric") ?? "em";
   const charts = new Map<PanelKey, Chart>(
-    PANELS.map(({ key, title }) => [key, createChart(byTestId(root, `chart-compare-${key}`), `${title} of the compared runs`)]),
+    PANELS.map(({ key, title }) => [
+      key,
+      createChart(byTestId(root, `chart-compare-${key}`), `${title} of the compared runs`),
+    ]),
   );
   linkCharts([...charts.values()], "compare-steps");
   let comparison: Comparison | null = null;
@@ -50,7 +53,11 @@ export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
     drawCurves();
   };
 
-  fillBaselineChoices(baseline, chosen.map((id) => ({ id, name: id })), url.searchParams.get("baseline"));
+  fillBaselineChoices(
+    baseline,
+    chosen.map((id) => ({ id, name: id })),
+    url.searchParams.get("baseline"),
+  );
   baseline.addEventListener("change", () => void load());
   metric.addEventListener("change", () => void load());
   smoothing.addEventListener("input", () => {
@@ -80,7 +87,10 @@ async function renderPicker(root: HTMLElement, api: Api, chosen: string[]): Prom
         {},
         h("input", { type: "checkbox", name: "runs", value: run.id, checked: chosen.includes(run.id) }),
         ` ${run.name} `,
-        h("span", { class: "muted", text: `${run.status} · ${run.preset || "custom"} · step ${run.step}/${run.total_steps}` }),
+        h("span", {
+          class: "muted",
+          text: `${run.status} · ${run.preset || "custom"} · step ${run.step}/${run.total_steps}`,
+        }),
       ),
     ),
   );
@@ -94,7 +104,11 @@ async function renderPicker(root: HTMLElement, api: Api, chosen: string[]): Prom
   });
 }
 
-function fillBaselineChoices(select: HTMLSelectElement, runs: Pick<CompareRun, "id" | "name">[], value: string | null): void {
+function fillBaselineChoices(
+  select: HTMLSelectElement,
+  runs: Pick<CompareRun, "id" | "name">[],
+  value: string | null,
+): void {
   fill(
     select,
     h("option", { value: "", text: "no baseline" }),
@@ -163,7 +177,10 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
           cell.best ? h("strong", { text: formatNumber(cell.value) }) : formatNumber(cell.value),
           cell.best ? h("span", { class: "best-mark", title: "best in this column", text: " ★" }) : null,
           cell.delta !== null
-            ? h("span", { class: `delta ${cell.delta > 0 ? "up" : cell.delta < 0 ? "down" : ""}`, text: ` ${formatDelta(cell.delta)}` })
+            ? h("span", {
+                class: `delta ${cell.delta > 0 ? "up" : cell.delta < 0 ? "down" : ""}`,
+                text: ` ${formatDelta(cell.delta)}`,
+              })
             : null,
         ),
       ),
@@ -182,7 +199,9 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
       h(
         "table",
         { "data-testid": "benchmark-table" },
-        h("caption", { text: `${table.metric.toUpperCase()} per benchmark; ★ best in the column; signed numbers are deltas against the baseline.` }),
+        h("caption", {
+          text: `${table.metric.toUpperCase()} per benchmark; ★ best in the column; signed numbers are deltas against the baseline.`,
+        }),
         h("thead", {}, head),
         h("tbody", {}, ...rows),
       ),

@@ -66,15 +66,10 @@ export async function lineagePage(root: HTMLElement, api: Api): Promise<void> {
     return;
   }
   const wanted = new URL(window.location.href).searchParams.get("node");
-  select(wanted && byId.has(wanted) ? wanted : (bestId && byId.has(bestId) ? bestId : lineage.nodes[0].id));
+  select(wanted && byId.has(wanted) ? wanted : bestId && byId.has(bestId) ? bestId : lineage.nodes[0].id);
 }
 
-function renderList(
-  root: HTMLElement,
-  nodes: LineageNode[],
-  bestId: string | null,
-  select: Select,
-): void {
+function renderList(root: HTMLElement, nodes: LineageNode[], bestId: string | null, select: Select): void {
   const items = nodes.map((node) => {
     const state = nodeState(node, bestId);
     return h(
@@ -87,7 +82,11 @@ function renderList(
           "aria-pressed": "false",
           on: { click: () => select(node.id) },
         },
-        h("span", { class: "swatch", style: `background:${ORIGIN_COLORS[node.origin] ?? "#888"}`, "aria-hidden": "true" }),
+        h("span", {
+          class: "swatch",
+          style: `background:${ORIGIN_COLORS[node.origin] ?? "#888"}`,
+          "aria-hidden": "true",
+        }),
         h("code", { text: node.id }),
         ` ${node.origin} · step ${node.birth_step} · `,
         h("span", { class: `state state-${state}`, text: state }),
@@ -158,7 +157,16 @@ function diffAgainst(parent: LineageNode | null, node: LineageNode): (HTMLElemen
   if (!parent) return [h("span", { class: "muted", text: "No parent: nothing to compare with." })];
   const parts = wordDiff(parent.text, node.text);
   return [
-    h("p", { class: "muted" }, "Against ", h("code", { text: parent.id }), ": ", h("ins", { text: "added" }), " ", h("del", { text: "removed" })),
+    h(
+      "p",
+      { class: "muted" },
+      "Against ",
+      h("code", { text: parent.id }),
+      ": ",
+      h("ins", { text: "added" }),
+      " ",
+      h("del", { text: "removed" }),
+    ),
     h(
       "div",
       { class: "diff" },
@@ -191,16 +199,17 @@ function failures(round: Round | null): HTMLElement[] {
   );
 }
 
-function candidatesFrom(
-  rounds: Round[],
-  parentId: string,
-  select: Select,
-): HTMLElement[] {
+function candidatesFrom(rounds: Round[], parentId: string, select: Select): HTMLElement[] {
   const own = rounds.filter((r) => r.parent_id === parentId);
   if (own.length === 0) return [h("p", { class: "muted", text: "No optimizer round started from this instruction." })];
   // The newest round open, older ones folded: a long-lived parent can have a dozen.
   return own.map((round, i) =>
-    h("details", { class: "round", open: i === own.length - 1 }, h("summary", { text: roundTitle(round) }), candidateTable(round, select)),
+    h(
+      "details",
+      { class: "round", open: i === own.length - 1 },
+      h("summary", { text: roundTitle(round) }),
+      candidateTable(round, select),
+    ),
   );
 }
 
@@ -226,7 +235,11 @@ function candidateTable(round: Round, select: Select): HTMLElement {
         {},
         c.accepted
           ? c.instruction_id
-            ? h("button", { type: "button", class: "link", on: { click: () => select(c.instruction_id as string, true) } }, `joined as ${c.instruction_id}`)
+            ? h(
+                "button",
+                { type: "button", class: "link", on: { click: () => select(c.instruction_id as string, true) } },
+                `joined as ${c.instruction_id}`,
+              )
             : "accepted"
           : `rejected${c.valid ? "" : " (invalid)"}: ${c.reason ?? "not among the best"}`,
       ),

@@ -128,7 +128,10 @@ export class LineageGraph {
             preserveAspect: "contain",
             nodeScaleRatio: 0,
             ...MARGIN,
-            categories: origins.map((origin) => ({ name: origin, itemStyle: { color: ORIGIN_COLORS[origin] ?? "#888" } })),
+            categories: origins.map((origin) => ({
+              name: origin,
+              itemStyle: { color: ORIGIN_COLORS[origin] ?? "#888" },
+            })),
             label: { position: "bottom", fontSize: 10, color: "#333" },
             labelLayout: { hideOverlap: true },
             lineStyle: { color: "#999", width: 1.5, curveness: 0 },

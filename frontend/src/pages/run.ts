@@ -6,13 +6,7 @@ import { byTestId, fill, formatNumber, h } from "../dom";
 import { configDiff, formatValue } from "../transforms/configDiff";
 import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
 import { evolutionMarkers, lastPerStep, populationShares } from "../transforms/population";
-import {
-  ACTIVE_STATUSES,
-  type Lineage,
-  type MetricSeries,
-  type PopulationHistory,
-  type Run,
-} from "../types";
+import { ACTIVE_STATUSES, type Lineage, type MetricSeries, type PopulationHistory, type Run } from "../types";
 import { RunCharts, type ShareMode } from "./runCharts";
 
 /** Often enough to feel live, rare enough that a dozen open tabs do not load the server. */
@@ -137,7 +131,9 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
         "td",
         {},
         m.id ? h("a", { href: lineageUrl(m.id) }, h("code", { text: m.id })) : "—",
-        m.id !== null && m.id === snapshot.best_id ? h("span", { class: "best-mark", title: "best", text: " ★" }) : null,
+        m.id !== null && m.id === snapshot.best_id
+          ? h("span", { class: "best-mark", title: "best", text: " ★" })
+          : null,
       ),
       h("td", { class: "num", text: formatNumber(m.weight) }),
       h("td", { class: "num", text: formatNumber(m.probability) }),
@@ -160,7 +156,9 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
           h(
             "tr",
             {},
-            ...["Instruction", "Weight", "Sampling p", "Samples", "Mean reward"].map((t) => h("th", { scope: "col", text: t })),
+            ...["Instruction", "Weight", "Sampling p", "Samples", "Mean reward"].map((t) =>
+              h("th", { scope: "col", text: t }),
+            ),
           ),
         ),
         h("tbody", {}, ...rows),
@@ -214,7 +212,13 @@ async function renderPresetChanges(root: HTMLElement, api: Api, run: Run): Promi
           h(
             "thead",
             {},
-            h("tr", {}, h("th", { scope: "col", text: "Field" }), h("th", { scope: "col", text: "Preset" }), h("th", { scope: "col", text: "This run" })),
+            h(
+              "tr",
+              {},
+              h("th", { scope: "col", text: "Field" }),
+              h("th", { scope: "col", text: "Preset" }),
+              h("th", { scope: "col", text: "This run" }),
+            ),
           ),
           h(
             "tbody",

@@ -1,15 +1,7 @@
 /** The run page's charts: the four Fig. 2 panels with smoothing, the population's shares over steps, and the
  * evolution markers on the step axis. They are redrawn from data on every update; they hold no state of their own. */
 
-import {
-  colorAt,
-  createChart,
-  linePanel,
-  linkCharts,
-  PANELS,
-  type Chart,
-  type PanelKey,
-} from "../charts";
+import { colorAt, createChart, linePanel, linkCharts, PANELS, type Chart, type PanelKey } from "../charts";
 import { byTestId, escapeHtml } from "../dom";
 import { MARKER_KINDS, type Marker, type Shares } from "../transforms/population";
 import { ema, points } from "../transforms/smoothing";
@@ -69,14 +61,19 @@ export class RunCharts {
           lineStyle: { width: 2 },
           itemStyle: { color },
           markLine: merged.length
-            ? { silent: true, symbol: "none", label: { show: false }, lineStyle: { type: "dashed", color: "#aaa" }, data: merged }
+            ? {
+                silent: true,
+                symbol: "none",
+                label: { show: false },
+                lineStyle: { type: "dashed", color: "#aaa" },
+                data: merged,
+              }
             : undefined,
         },
       ];
-      (this.panels.get(key) as Chart).setOption(
-        linePanel(title, series, { xAxis: stepAxis(maxStep) }),
-        { notMerge: true },
-      );
+      (this.panels.get(key) as Chart).setOption(linePanel(title, series, { xAxis: stepAxis(maxStep) }), {
+        notMerge: true,
+      });
     }
   }
 
@@ -100,7 +97,10 @@ export class RunCharts {
         legend: { type: "scroll", bottom: 0 },
         xAxis: stepAxis(maxStep),
         yAxis: { type: "value", min: 0, max: 1, splitNumber: 4 },
-        tooltip: { trigger: "axis", valueFormatter: (v: unknown) => (typeof v === "number" ? `${(100 * v).toFixed(1)} %` : "—") },
+        tooltip: {
+          trigger: "axis",
+          valueFormatter: (v: unknown) => (typeof v === "number" ? `${(100 * v).toFixed(1)} %` : "—"),
+        },
       }),
       { notMerge: true },
     );

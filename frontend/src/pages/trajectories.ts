@@ -69,7 +69,11 @@ function card(t: Trajectory): HTMLElement {
     h(
       "p",
       { class: "facts-line" },
-      h("span", { class: `reward ${solved ? "reward-good" : "reward-bad"}`, "data-testid": "trajectory-reward", text: `reward ${t.reward}` }),
+      h("span", {
+        class: `reward ${solved ? "reward-good" : "reward-bad"}`,
+        "data-testid": "trajectory-reward",
+        text: `reward ${t.reward}`,
+      }),
       " · gold ",
       h("span", { class: "gold", "data-testid": "trajectory-gold", text: t.golden_answers.join(" / ") || "—" }),
       " · answered ",

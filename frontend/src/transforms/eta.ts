@@ -35,7 +35,10 @@ export function formatDuration(seconds: number): string {
 }
 
 /** Per-step wall-clock seconds from the column-wise timings: the sum of the parts of each step. */
-export function stepDurations(timings: Record<string, readonly (number | null)[]> | undefined, steps: number): number[] {
+export function stepDurations(
+  timings: Record<string, readonly (number | null)[]> | undefined,
+  steps: number,
+): number[] {
   const out = new Array<number>(steps).fill(0);
   for (const column of Object.values(timings ?? {})) {
     column.forEach((value, i) => {
