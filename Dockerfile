@@ -1,6 +1,7 @@
 # One image for the web server, the Celery workers and Flower. TORCH_INDEX picks CPU or CUDA wheels of torch:
 #   docker build .                                                   (CPU)
-#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 -t inspo-gpu .   (GPU workers)
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 --build-arg EXTRAS=gpu -t inspo-gpu .
+#                                                                    (GPU workers: verl + vLLM)
 
 # The dashboards: TypeScript built by Vite into webapp/static/inspo/app/.
 FROM node:20-slim AS frontend
@@ -13,6 +14,8 @@ RUN npm run build
 FROM python:3.11-slim
 
 ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# EXTRAS=gpu adds verl, vLLM, Ray and faiss-gpu for the GPU worker; vLLM then decides the torch version.
+ARG EXTRAS=
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -35,6 +38,7 @@ COPY webapp/ webapp/
 COPY workers/ workers/
 COPY --from=frontend /src/webapp/static/inspo/app/ webapp/static/inspo/app/
 RUN pip install --no-deps --no-build-isolation -e . \
+ && if [ -n "$EXTRAS" ]; then pip install --extra-index-url "$TORCH_INDEX" -e ".[$EXTRAS]"; fi \
  && DJANGO_SECRET_KEY=collectstatic-only-not-a-secret-0123456789 INSPO_STATE_DIR=/tmp/build-state \
     python manage.py collectstatic --noinput
 

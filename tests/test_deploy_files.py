@@ -49,7 +49,11 @@ def test_the_web_command_serves_the_wsgi_app():
 def test_the_environment_compose_sets_is_read_by_the_settings():
     settings_source = (REPO / "webapp" / "config" / "settings.py").read_text()
     read_anywhere = settings_source + "".join(p.read_text() for p in (REPO / "inspo_engine").rglob("*.py"))
-    for name in SERVICES["web"]["environment"]:
+    ours = [
+        *SERVICES["web"]["environment"],
+        *(n for n in SERVICES["worker-gpu"]["environment"] if n.startswith("INSPO_")),
+    ]
+    for name in ours:
         assert f'"{name}"' in read_anywhere, f"{name} is set in docker-compose.yml but nothing reads it"
 
 
