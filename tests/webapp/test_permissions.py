@@ -109,7 +109,7 @@ def test_a_bad_token_is_refused(run):
     assert client.get(reverse("api:runs")).status_code == 401
 
 
-PAGE_READS = ["runs:detail", "runs:trajectories"]
+PAGE_READS = ["runs:detail", "runs:trajectories", "runs:lineage"]
 PAGE_WRITES = [
     ("runs:cancel", {}, Run.Status.RUNNING),
     ("runs:resume", {}, Run.Status.FAILED),
