@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connections
 
 from tests.celery_worker import REPO
 from tests.conftest import skip_or_fail
@@ -51,6 +52,9 @@ def browser() -> Iterator[Any]:
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
         yield browser
+        # While Playwright's loop runs, Django keeps the ORM's connections of this thread apart from the ones it
+        # had before; close them here, or they outlive the session and block dropping the test database.
+        connections.close_all()
         browser.close()
 
 
