@@ -18,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 
@@ -45,12 +44,6 @@ class Outcome:
     step: int
 
 
-def setting(name: str, default: Any) -> Any:
-    """A worker setting (webapp/config/settings.py reads them from the environment)."""
-    value = getattr(settings, name, None)
-    return default if value in (None, "") else value
-
-
 class EventTail:
     """Complete lines appended to an events.jsonl since `offset`; a torn last line waits for its end."""
 
@@ -72,7 +65,7 @@ class EventTail:
 
 def job_command(job: Job) -> list[str]:
     """The launcher's command, or INSPO_VERL_COMMAND followed by the same overrides."""
-    override = str(setting("INSPO_VERL_COMMAND", ""))
+    override = settings.INSPO_VERL_COMMAND
     if not override:
         return job.argv
     return [*shlex.split(override), *job.argv[3:]]  # the overrides follow `python -m <module>`
@@ -113,11 +106,9 @@ def verl_execute(
     """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
     checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
     terminated. Raises VerlJobFailed when it ends without a RunFinished event."""
-    poll = float(setting("INSPO_VERL_POLL_S", 1.0) if poll_s is None else poll_s)
-    grace = float(setting("INSPO_VERL_GRACE_S", 600) if grace_s is None else grace_s)
-    cluster = Cluster(
-        n_gpus_per_node=int(setting("INSPO_VERL_GPUS_PER_NODE", 8)), nnodes=int(setting("INSPO_VERL_NNODES", 1))
-    )
+    poll = float(settings.INSPO_VERL_POLL_S if poll_s is None else poll_s)
+    grace = float(settings.INSPO_VERL_GRACE_S if grace_s is None else grace_s)
+    cluster = Cluster(n_gpus_per_node=settings.INSPO_VERL_GPUS_PER_NODE, nnodes=settings.INSPO_VERL_NNODES)
     job = prepare(config, out_dir, cluster=cluster, resume_step=resume_step)
     tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
     with (out_dir / LOG_FILE).open("ab") as output:

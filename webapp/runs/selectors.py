@@ -109,14 +109,19 @@ def evaluation_request_list(*, run: Run) -> QuerySet[EvaluationRequest]:
     return run.evaluation_requests.select_related("checkpoint").order_by("-created_at")
 
 
+def _step_columns(run: Run, names: tuple[str, ...]) -> dict[str, list[Any]]:
+    """These StepMetric fields of the run as columns, one value per stored step in step order."""
+    rows = StepMetric.objects.filter(run=run).order_by("step").values_list(*names)
+    columns = list(zip(*rows, strict=True)) or [() for _ in names]
+    return {name: list(column) for name, column in zip(names, columns, strict=True)}
+
+
 def run_metric_series(*, run: Run) -> dict[str, Any]:
     """Column-wise series, one value per stored step: `{"step": [...], "reward_mean": [...], "timings": {...}}`."""
-    rows = list(StepMetric.objects.filter(run=run).order_by("step").values("step", "phase", "timings", *SERIES_FIELDS))
-    series: dict[str, Any] = {"step": [r["step"] for r in rows], "phase": [r["phase"] for r in rows]}
-    for name in SERIES_FIELDS:
-        series[name] = [r[name] for r in rows]
-    timing_names = sorted({name for r in rows for name in r["timings"]})
-    series["timings"] = {name: [r["timings"].get(name) for r in rows] for name in timing_names}
+    series: dict[str, Any] = _step_columns(run, ("step", "phase", *SERIES_FIELDS, "timings"))
+    timings: list[dict[str, float]] = series.pop("timings")
+    timing_names = sorted({name for step in timings for name in step})
+    series["timings"] = {name: [step.get(name) for step in timings] for name in timing_names}
     return series
 
 
@@ -379,13 +384,7 @@ def benchmark_deltas(table: dict[str, Any], *, baseline: str) -> dict[str, dict[
 def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = None) -> dict[str, Any]:
     """Everything the compare page shows: the Fig. 2 series of each run, the benchmark table, the config fields
     that differ, and deltas against the baseline run (one of `runs`)."""
-    series: dict[str, dict[str, list[Any]]] = {}
-    for run in runs:
-        rows = list(StepMetric.objects.filter(run=run).order_by("step").values_list("step", *COMPARE_SERIES))
-        columns = list(zip(*rows, strict=True)) if rows else [() for _ in range(len(COMPARE_SERIES) + 1)]
-        series[str(run.pk)] = {
-            name: list(column) for name, column in zip(("step", *COMPARE_SERIES), columns, strict=True)
-        }
+    series = {str(run.pk): _step_columns(run, ("step", *COMPARE_SERIES)) for run in runs}
     table = benchmark_table(runs, metric=metric)
     baseline_id = str(baseline.pk) if baseline is not None else None
     return {
