@@ -20,6 +20,7 @@ from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
 from .env.rewards import f1
 from .events import EventSink
+from .netpolicy import NetPolicy
 from .optimizers import OptimizerClient, build_optimizer
 from .population import Instruction, Population
 from .types import Question, Trajectory
@@ -47,13 +48,16 @@ def load_inputs(config: RunConfig) -> RunInputs:
     return RunInputs(train=train, eval_sets=eval_sets, corpus=corpus)
 
 
-def make_retriever(config: RunConfig, corpus: Sequence[Passage] | None, cache_dir: Path) -> Retriever:
+def make_retriever(
+    config: RunConfig, corpus: Sequence[Passage] | None, cache_dir: Path, policy: NetPolicy | None = None
+) -> Retriever:
     env = config.env
     return build_retriever(
         env.retriever,
         list(corpus) if corpus is not None else None,
         url=env.retriever_url,
         cache_dir=cache_dir / "retrievers",
+        policy=policy,
     )
 
 
@@ -65,8 +69,11 @@ def make_backend(config: RunConfig, retriever: Retriever, cache_dir: Path) -> Po
     return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models")
 
 
-def make_optimizer(config: RunConfig, cache_dir: Path, api_key: str | None) -> OptimizerClient | None:
-    """The optimizer client, or None when the config never asks one anything."""
+def make_optimizer(
+    config: RunConfig, cache_dir: Path, api_key: str | None, policy: NetPolicy | None = None
+) -> OptimizerClient | None:
+    """The optimizer client, or None when the config never asks one anything; `policy` checks a base URL that
+    the caller did not choose itself."""
     if not needs_optimizer(config):
         return None
     optimizer = config.optimizer
@@ -75,7 +82,7 @@ def make_optimizer(config: RunConfig, cache_dir: Path, api_key: str | None) -> O
 
         local_path = resolve_model(optimizer.local_model_path, cache_dir / "models")
         optimizer = replace(optimizer, local_model_path=str(local_path))
-    return build_optimizer(optimizer, api_key=api_key, seed=config.seed)
+    return build_optimizer(optimizer, api_key=api_key, seed=config.seed, policy=policy)
 
 
 def build_run(
@@ -87,17 +94,20 @@ def build_run(
     api_key: str | None = None,
     should_stop: Callable[[], bool] = lambda: False,
     backend: PolicyBackend | None = None,
+    retriever_policy: NetPolicy | None = None,
+    optimizer_policy: NetPolicy | None = None,
 ) -> CoEvolution:
-    """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere)."""
+    """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere). The policies
+    confine URLs that a user chose (the retriever's, the optimizer's base URL); None trusts the URL."""
     inputs = load_inputs(config)
     if backend is None:
-        retriever = make_retriever(config, inputs.corpus, cache_dir)
+        retriever = make_retriever(config, inputs.corpus, cache_dir, retriever_policy)
         backend = make_backend(config, retriever, cache_dir)
     return CoEvolution(
         config,
         backend=backend,
         train_questions=inputs.train,
-        optimizer=make_optimizer(config, cache_dir, api_key),
+        optimizer=make_optimizer(config, cache_dir, api_key, optimizer_policy),
         sink=sink,
         out_dir=out_dir,
         eval_sets=inputs.eval_sets,
@@ -117,12 +127,14 @@ def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
     return population.best()
 
 
-def checkpoint_policy(config: RunConfig, policy_dir: Path, cache_dir: Path) -> TorchBackend:
+def checkpoint_policy(
+    config: RunConfig, policy_dir: Path, cache_dir: Path, retriever_policy: NetPolicy | None = None
+) -> TorchBackend:
     """A checkpoint's policy (its `policy/` Hugging Face directory) with the run's retriever, ready to `answer`."""
     from .backends.torch.backend import TorchBackend
 
     corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
-    retriever = make_retriever(config, corpus, cache_dir)
+    retriever = make_retriever(config, corpus, cache_dir, retriever_policy)
     return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
 
 

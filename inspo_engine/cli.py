@@ -1,7 +1,7 @@
 """The command line (`python -m inspo_engine …`): parses arguments, builds runs and prints; the engine does the work.
 
-This is the one place of the engine that reads environment variables (GEMINI_API_KEY, OPENAI_API_KEY,
-INSPO_CACHE_DIR), and it hands their values to the engine explicitly.
+This is the one place of the engine that reads environment variables (INSPO_OPTIMIZER_API_KEY, GEMINI_API_KEY,
+OPENAI_API_KEY, INSPO_CACHE_DIR), and it hands their values to the engine explicitly.
 """
 
 from __future__ import annotations
@@ -68,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_cache(serve)
+
+    plot = commands.add_parser("plot", help="draw a run directory's Fig. 2 panels and population weights as PNGs")
+    plot.add_argument("run_dir", type=Path, help="a run directory (holding events.jsonl)")
 
     verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
     add_config_source(verl)
@@ -187,6 +190,7 @@ def command_train(args: argparse.Namespace) -> int:
         progress.close()
         events.close()
     (out / "best_instruction.txt").write_text(result.best_instruction.text + "\n", encoding="utf-8")
+    _plot_quietly(out)
     print(f"{result.status} at step {result.step}. Results in {out}/:")
     print(f"  events.jsonl, best_instruction.txt ({result.best_instruction.id}), checkpoint {result.checkpoint}")
     return 0 if result.status == "finished" else 130

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -163,7 +164,14 @@ class OptimizerConfig:
     model: str = "gemini-2.5-pro"
     """Model name at the provider."""
     base_url: str | None = None
-    """Endpoint override (required for openai)."""
+    """Endpoint override (required for openai unless `endpoint` names one). On the platform a run that gives one
+    must also name its team's own key in `team_secret`; the server's keys never go to a URL a user chose."""
+    endpoint: str | None = None
+    """Name of an optimizer endpoint the platform's operator declared (its URL, key, models and budget); the web
+    app resolves it, the engine never sees its key."""
+    team_secret: str | None = None
+    """Name of the team's stored API key to send to `base_url` (platform only; the CLI reads keys from the
+    environment)."""
     timeout_s: float = 120.0
     """Per-call timeout."""
     max_retries: int = 5
@@ -281,7 +289,7 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ConfigError naming every bad field and its allowed range."""
-        errors = _check_bounds(self) + _check_relations(self)
+        errors = _check_bounds(self) + _check_relations(self) + _check_strings(self) + _check_optimizer(self)
         if errors:
             raise ConfigError(errors)
 
@@ -468,10 +476,47 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
         errors.append(FieldError("population.seed_instruction", "must not be empty"))
     if config.env.retriever == "remote" and not config.env.retriever_url:
         errors.append(FieldError("env.retriever_url", "is required when retriever is 'remote'"))
-    if config.optimizer.provider == "openai" and not config.optimizer.base_url:
-        errors.append(FieldError("optimizer.base_url", "is required when provider is 'openai'"))
+    if config.optimizer.provider == "openai" and not (config.optimizer.base_url or config.optimizer.endpoint):
+        errors.append(FieldError("optimizer.base_url", "is required when provider is 'openai' (or name an endpoint)"))
     if config.optimizer.provider == "local" and not config.optimizer.local_model_path:
         errors.append(FieldError("optimizer.local_model_path", "is required when provider is 'local'"))
+    return errors
+
+
+def _string_fields(value: Any, path: str) -> typing.Iterator[tuple[str, str]]:
+    """(dotted path, text) of every string in the config, list items included."""
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            yield from _string_fields(getattr(value, f.name), f"{path}.{f.name}" if path else f.name)
+    elif isinstance(value, str):
+        yield path, value
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _string_fields(item, f"{path}[{i}]")
+
+
+def _check_strings(config: RunConfig) -> list[FieldError]:
+    """No '$' anywhere: config strings reach interpolating systems (verl's Hydra/OmegaConf resolves '${…}')."""
+    errors = []
+    for path, text in _string_fields(config, ""):
+        if "$" in text:
+            errors.append(FieldError(path.split("[", 1)[0], "must not contain '$' (no interpolation)"))
+    return errors
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _check_optimizer(config: RunConfig) -> list[FieldError]:
+    optimizer, errors = config.optimizer, []
+    for name in ("endpoint", "team_secret"):
+        value = getattr(optimizer, name)
+        if value is not None and not _NAME.match(value):
+            errors.append(FieldError(f"optimizer.{name}", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
+    if optimizer.endpoint and optimizer.base_url:
+        errors.append(FieldError("optimizer.base_url", "give base_url or name an endpoint, not both"))
+    if optimizer.team_secret and not optimizer.base_url:
+        errors.append(FieldError("optimizer.team_secret", "is sent only to a base_url; give one"))
     return errors
 
 

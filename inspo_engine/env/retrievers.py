@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from inspo_engine.env.datasets import split_contents
 from inspo_engine.env.protocol import Passage, Retriever
+from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transport_error
 
 if TYPE_CHECKING:
     import faiss
@@ -242,14 +243,14 @@ def retrieve_url(url: str) -> str:
 def _document_passage(document: Any, url: str) -> Passage:
     """A passage from a Search-R1 document: `{"id", "contents"}`, or `{"title", "text"}` (its BM25 server)."""
     if not isinstance(document, dict):
-        raise RetrieverError(f"{url} returned a document that is not an object: {document!r:.200}")
+        raise RetrieverError(f"{url} returned a document that is not an object")
     contents = document.get("contents")
     if isinstance(contents, str):
         title, text = split_contents(contents)
     elif isinstance(document.get("text"), str):
         title, text = str(document.get("title") or ""), document["text"]
     else:
-        raise RetrieverError(f"{url} returned a document without 'contents': {document!r:.200}")
+        raise RetrieverError(f"{url} returned a document without 'contents'")
     identifier = document.get("id")
     if identifier is None:  # Search-R1's BM25 server may omit ids; derive a stable one
         identifier = "remote-" + hashlib.sha1(f"{title}\n{text}".encode()).hexdigest()[:16]
@@ -263,7 +264,7 @@ def _hit(item: Any, url: str) -> tuple[Passage, float | None]:
         try:
             return _document_passage(item["document"], url), None if score is None else float(score)
         except (TypeError, ValueError) as error:
-            raise RetrieverError(f"{url} returned a score that is not a number: {score!r:.50}") from error
+            raise RetrieverError(f"{url} returned a score that is not a number") from error
     return _document_passage(item, url), None
 
 
@@ -272,12 +273,19 @@ class RemoteRetriever:
 
     Request: `{"queries": [...], "topk": k, "return_scores": bool}`; response: `{"result": [[...], ...]}`, one list
     per query of `{"document": {"id", "contents"}, "score"}` items, or of bare documents without scores.
+
+    With a `policy` the URL is checked now and every request again (no redirects are followed in any case). Errors
+    name the URL and the status, never what the server wrote.
     """
 
-    def __init__(self, url: str, *, timeout_s: float = 30.0, return_scores: bool = True) -> None:
+    def __init__(
+        self, url: str, *, timeout_s: float = 30.0, return_scores: bool = True, policy: NetPolicy | None = None
+    ) -> None:
         self.url = retrieve_url(url)
+        if policy is not None:
+            check_url(self.url, policy)
         self.return_scores = return_scores
-        self._client = httpx.Client(timeout=timeout_s)
+        self._client = guarded_client(policy, timeout=timeout_s)
 
     def close(self) -> None:
         self._client.close()
@@ -287,17 +295,17 @@ class RemoteRetriever:
         try:
             response = self._client.post(self.url, json=payload)
         except httpx.HTTPError as error:
-            raise RetrieverError(f"cannot reach the retriever at {self.url}: {error}") from error
+            raise RetrieverError(f"cannot reach the retriever at {self.url}: {transport_error(error)}") from error
         where = f"the retriever at {self.url}"
         if response.status_code != 200:
-            raise RetrieverError(f"{where} answered HTTP {response.status_code}: {response.text:.200}")
+            raise RetrieverError(f"{where} answered HTTP {response.status_code}")
         try:
             body = response.json()
         except ValueError as error:
-            raise RetrieverError(f"{where} returned malformed JSON: {response.text:.200}") from error
+            raise RetrieverError(f"{where} returned malformed JSON") from error
         result = body.get("result") if isinstance(body, dict) else None
         if not isinstance(result, list) or len(result) != len(queries) or not all(isinstance(r, list) for r in result):
-            raise RetrieverError(f"{where} returned no 'result' list per query: {body!r:.200}")
+            raise RetrieverError(f"{where} returned no 'result' list per query")
         return [[_hit(item, self.url) for item in hits] for hits in result]
 
     def search_with_scores(self, queries: Sequence[str], k: int) -> Scored:
@@ -320,13 +328,19 @@ class RemoteRetriever:
 
 
 def build_retriever(
-    kind: str, passages: Sequence[Passage] | None, *, url: str | None = None, cache_dir: Path | None = None
+    kind: str,
+    passages: Sequence[Passage] | None,
+    *,
+    url: str | None = None,
+    cache_dir: Path | None = None,
+    policy: NetPolicy | None = None,
 ) -> Retriever:
-    """The retriever named by `EnvConfig.retriever`: dense and bm25 index `passages`; remote needs `url`."""
+    """The retriever named by `EnvConfig.retriever`: dense and bm25 index `passages`; remote needs `url`, checked
+    against `policy` when one is given."""
     if kind == "remote":
         if not url:
             raise ValueError("a remote retriever needs the URL of a /retrieve server")
-        return RemoteRetriever(url)
+        return RemoteRetriever(url, policy=policy)
     if kind not in RETRIEVER_KINDS:
         raise ValueError(f"unknown retriever {kind!r}; choose one of {', '.join(RETRIEVER_KINDS)}")
     if not passages:

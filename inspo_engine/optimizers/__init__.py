@@ -18,6 +18,7 @@ from inspo_engine.optimizers.rules import RuleBasedClient
 
 if TYPE_CHECKING:
     from inspo_engine.config import OptimizerConfig
+    from inspo_engine.netpolicy import NetPolicy
 
 __all__ = [
     "Completion",
@@ -33,8 +34,13 @@ __all__ = [
 ]
 
 
-def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None, seed: int = 0) -> OptimizerClient:
-    """The client ``config.provider`` names; ``api_key`` comes from the caller; the engine reads no env vars."""
+def build_optimizer(
+    config: OptimizerConfig, *, api_key: str | None = None, seed: int = 0, policy: NetPolicy | None = None
+) -> OptimizerClient:
+    """The client ``config.provider`` names; ``api_key`` comes from the caller; the engine reads no env vars.
+
+    ``policy`` checks ``base_url`` (now and on every request) when the caller did not choose the URL itself.
+    """
     if config.provider == "gemini":
         if not api_key:
             raise ValueError(
@@ -50,6 +56,7 @@ def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None, seed
             backoff_s=config.backoff_s,
             temperature=config.temperature,
             max_output_tokens=config.max_output_tokens,
+            policy=policy,
         )
     if config.provider == "openai":
         if not config.base_url:
@@ -63,6 +70,7 @@ def build_optimizer(config: OptimizerConfig, *, api_key: str | None = None, seed
             backoff_s=config.backoff_s,
             temperature=config.temperature,
             max_output_tokens=config.max_output_tokens,
+            policy=policy,
         )
     if config.provider == "local":
         if not config.local_model_path:

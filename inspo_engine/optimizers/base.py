@@ -118,12 +118,15 @@ def call_with_retries(
     sleep: Callable[[float], None] = time.sleep,
     retry_after: Callable[[Exception], float | None] | None = None,
     label: str = "optimizer call",
+    describe: Callable[[Exception], str] | None = None,
 ) -> T:
     """Run ``fn`` up to ``max_retries + 1`` times, sleeping with exponential backoff between retryable failures.
 
     Every failure leaves as OptimizerError: an OptimizerError raised by ``fn`` passes through untouched, a
     non-retryable exception is wrapped at once, and the last retryable one is wrapped when the retries run out.
+    ``describe`` says what of an exception the message may carry (clients keep servers' bodies out of it).
     """
+    say = describe or _describe
     if max_retries < 0:
         raise ValueError(f"max_retries must be >= 0, got {max_retries}")
     attempt = 0
@@ -134,9 +137,9 @@ def call_with_retries(
             raise
         except Exception as exc:
             if not is_retryable(exc):
-                raise OptimizerError(f"{label} failed (not retryable): {_describe(exc)}") from exc
+                raise OptimizerError(f"{label} failed (not retryable): {say(exc)}") from exc
             if attempt >= max_retries:
-                raise OptimizerError(f"{label} failed after {attempt + 1} attempts: {_describe(exc)}") from exc
+                raise OptimizerError(f"{label} failed after {attempt + 1} attempts: {say(exc)}") from exc
             server_wait = retry_after(exc) if retry_after is not None else None
             sleep(backoff_delay(attempt, backoff_s, server_wait))
             attempt += 1

@@ -11,6 +11,7 @@ import httpx
 from google import genai
 from google.genai import errors, types
 
+from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transport_error
 from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
 
 GEMINI_API_VERSION = "v1beta"
@@ -37,7 +38,9 @@ _TRANSPORT_ERRORS = _transport_errors()
 class GeminiClient:
     """Calls ``models.generate_content`` and retries 429, 5xx, timeouts and connection errors itself.
 
-    The SDK's own retries are switched off (one attempt per SDK call), so each HTTP request is one of ours.
+    The SDK's own retries are switched off (one attempt per SDK call), so each HTTP request is one of ours. It sends
+    through our own httpx client, which never follows redirects and, with a `policy`, checks every request's URL.
+    Errors carry the HTTP status, never the server's message.
     """
 
     def __init__(
@@ -52,20 +55,25 @@ class GeminiClient:
         temperature: float = 1.0,
         max_output_tokens: int = 8192,
         sleep: Callable[[float], None] = time.sleep,
+        policy: NetPolicy | None = None,
     ) -> None:
         if not api_key:
             raise ValueError("GeminiClient needs a non-empty api_key")
+        if policy is not None and base_url:
+            check_url(base_url, policy)
         self.model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
         self._sleep = sleep
+        self._http = guarded_client(policy, timeout=timeout_s)
         http_options = types.HttpOptions(
             base_url=base_url,
             api_version=GEMINI_API_VERSION,
             timeout=max(1, round(timeout_s * 1000)),
             retry_options=types.HttpRetryOptions(attempts=1),
+            httpx_client=self._http,
         )
         self._client = genai.Client(api_key=api_key, vertexai=False, http_options=http_options)
 
@@ -88,11 +96,13 @@ class GeminiClient:
             sleep=self._sleep,
             retry_after=_retry_after,
             label=f"Gemini call to {self.model}",
+            describe=_describe,
         )
 
     def close(self) -> None:
         """Release the SDK's HTTP connections."""
         self._client.close()
+        self._http.close()
 
     def _to_completion(self, response: types.GenerateContentResponse) -> Completion:
         text = _answer_text(response)
@@ -125,9 +135,17 @@ def _answer_text(response: types.GenerateContentResponse) -> str:
 
 
 def _enum_name(value: Any) -> str | None:
+    """An enum's name as the API spells it (SAFETY, MAX_TOKENS); anything else the server wrote is not repeated."""
     if value is None:
         return None
-    return str(getattr(value, "value", value))
+    text = str(getattr(value, "value", value))
+    return text if re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", text) else "unrecognised"
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, errors.APIError):
+        return f"HTTP {exc.code}"
+    return transport_error(exc)
 
 
 def _is_retryable(exc: Exception) -> bool:

@@ -9,21 +9,26 @@ from typing import Any
 
 import httpx
 
+from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transport_error
 from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
 
 _TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
 
 class _StatusError(Exception):
-    """A non-2xx answer; keeps the response for the retry decision and quotes the body for the error message."""
+    """A non-2xx answer; keeps the response for the retry decision. The message is the status only: the body is
+    the server's text, which is never echoed."""
 
     def __init__(self, response: httpx.Response) -> None:
-        super().__init__(f"HTTP {response.status_code}: {response.text[:300]}")
+        super().__init__(f"HTTP {response.status_code}")
         self.response = response
 
 
 class OpenAICompatibleClient:
-    """POSTs chat completions (vLLM, SGLang, llama.cpp, OpenAI...); retries 429, 5xx, timeouts and connection errors."""
+    """POSTs chat completions (vLLM, SGLang, llama.cpp, OpenAI...); retries 429, 5xx, timeouts and connection errors.
+
+    With a `policy` the URL is checked now and on every request; redirects are never followed.
+    """
 
     def __init__(
         self,
@@ -37,18 +42,21 @@ class OpenAICompatibleClient:
         temperature: float = 1.0,
         max_output_tokens: int = 8192,
         sleep: Callable[[float], None] = time.sleep,
+        policy: NetPolicy | None = None,
     ) -> None:
         if not base_url:
             raise ValueError("OpenAICompatibleClient needs a base_url such as http://host:8000/v1")
         self.model = model
         self.url = base_url.rstrip("/") + "/chat/completions"
+        if policy is not None:
+            check_url(self.url, policy)
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
         self._sleep = sleep
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+        self._http = guarded_client(policy, timeout=timeout_s, headers=headers)
 
     def complete(self, prompt: str, *, system: str | None = None) -> Completion:
         messages: list[dict[str, str]] = []
@@ -76,6 +84,7 @@ class OpenAICompatibleClient:
             sleep=self._sleep,
             retry_after=_retry_after,
             label=f"chat completion from {self.model} at {self.url}",
+            describe=_describe,
         )
 
     def close(self) -> None:
@@ -86,9 +95,7 @@ class OpenAICompatibleClient:
         try:
             payload = response.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise OptimizerError(
-                f"the endpoint answered with something that is not JSON: {response.text[:200]!r}"
-            ) from exc
+            raise OptimizerError("the endpoint answered with something that is not JSON") from exc
         text = _answer_text(payload)
         usage = payload.get("usage")
         usage = usage if isinstance(usage, dict) else {}
@@ -104,14 +111,25 @@ def _answer_text(payload: Any) -> str:
     """choices[0].message.content; OptimizerError when it is missing or blank, naming the finish reason."""
     choices = payload.get("choices") if isinstance(payload, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-        raise OptimizerError(f"the endpoint answered without choices: {json.dumps(payload)[:200]}")
+        raise OptimizerError("the endpoint answered without choices")
     choice = choices[0]
     message = choice.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     if not isinstance(content, str) or not content.strip():
-        reason = choice.get("finish_reason") or "none given"
-        raise OptimizerError(f"the endpoint returned an empty answer (finish reason: {reason})")
+        raise OptimizerError(f"the endpoint returned an empty answer (finish reason: {_finish_reason(choice)})")
     return content
+
+
+def _finish_reason(choice: dict[str, Any]) -> str:
+    """The finish reason when it is one of the standard ones; the server's own words are not repeated."""
+    reason = choice.get("finish_reason")
+    return reason if reason in ("stop", "length", "content_filter", "tool_calls", "function_call") else "none given"
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, _StatusError):
+        return str(exc)
+    return transport_error(exc)
 
 
 def _token_count(usage: dict[str, Any], key: str) -> int:

@@ -131,3 +131,52 @@ def test_the_paper_names_resolve_to_their_sections():
     assert config.population.n_parents == 2
     assert config.env.max_turns == 6
     assert config.optimizer.temperature == 1.0
+
+
+def _string_field_paths() -> list[str]:
+    """Every field typed str, str | None or list[str] (Literal choices refuse anything else anyway)."""
+    import dataclasses
+    import typing
+
+    def walk(cls: type, prefix: str) -> list[str]:
+        paths = []
+        for f in dataclasses.fields(cls):
+            hint = typing.get_type_hints(cls)[f.name]
+            if dataclasses.is_dataclass(hint):
+                paths += walk(hint, f"{prefix}{f.name}.")
+            elif str in typing.get_args(hint) or hint in (str, list[str]):
+                paths.append(prefix + f.name)
+        return paths
+
+    return walk(RunConfig, "")
+
+
+@pytest.mark.parametrize("path", _string_field_paths())
+@pytest.mark.parametrize("text", ["${oc.env:GEMINI_API_KEY}", "\\${oc.env:DATABASE_URL}", "x$y"])
+def test_a_dollar_in_any_string_field_is_refused_with_the_field_named(path, text):
+    """verl's Hydra/OmegaConf would resolve '${oc.env:…}' inside the job: no string may carry one."""
+    value = [text] if path in ("population.initial_instructions", "eval.benchmarks") else text
+    with pytest.raises(ConfigError) as caught:
+        preset("smoke").with_overrides({path: value})
+    assert path in field_names(caught.value)
+    assert any("'$'" in e.message for e in caught.value.errors if e.field == path)
+
+
+def test_the_string_fields_checked_include_every_path_and_url_field():
+    assert {"backend.model", "env.dataset", "env.retriever_url", "optimizer.base_url", "eval.benchmarks"} <= set(
+        _string_field_paths()
+    )
+
+
+def test_an_endpoint_is_a_name_and_excludes_a_base_url():
+    assert preset("smoke").with_overrides({"optimizer.endpoint": "vllm-1"}).optimizer.endpoint == "vllm-1"
+    for overrides, field in [
+        ({"optimizer.endpoint": "../x"}, "optimizer.endpoint"),
+        ({"optimizer.endpoint": "a", "optimizer.base_url": "http://h/v1"}, "optimizer.base_url"),
+        ({"optimizer.team_secret": "mine"}, "optimizer.team_secret"),
+    ]:
+        with pytest.raises(ConfigError) as caught:
+            preset("smoke").with_overrides(overrides)
+        assert field in field_names(caught.value)
+    openai = preset("smoke").with_overrides({"optimizer.provider": "openai", "optimizer.endpoint": "vllm"})
+    assert openai.optimizer.base_url is None  # a named endpoint stands in for the URL

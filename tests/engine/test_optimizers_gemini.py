@@ -14,6 +14,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from inspo_engine.config import OptimizerConfig
+from inspo_engine.netpolicy import NetPolicy, UrlRefused
 from inspo_engine.optimizers import GeminiClient, OptimizerError, build_optimizer
 
 PATH = "/v1beta/models/gemini-2.5-pro:generateContent"
@@ -172,8 +173,10 @@ def test_it_fails_at_once_on_a_400_without_retrying(httpserver: HTTPServer, slee
         gemini_error(400, "INVALID_ARGUMENT", "API key not valid"), status=400
     )
 
-    with pytest.raises(OptimizerError, match="API key not valid"):
+    with pytest.raises(OptimizerError, match="HTTP 400") as raised:
         make_client(httpserver, sleeps).complete("Hello")
+
+    assert "API key not valid" not in str(raised.value)  # the server's words are never echoed
 
     assert len(httpserver.log) == 1
     assert sleeps == []
@@ -267,3 +270,33 @@ def test_build_optimizer_refuses_gemini_without_an_api_key_and_names_the_way_out
         build_optimizer(OptimizerConfig(provider="gemini"), api_key=None)
 
     assert '"local"' in str(raised.value)
+
+
+# -- URLs a user chose -------------------------------------------------------------------------------------------
+
+
+def test_a_base_url_the_policy_refuses_gets_no_request_and_no_key(httpserver: HTTPServer, sleeps: Sleeps) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_json(gemini_answer())
+    with pytest.raises(UrlRefused, match="allow-list"):
+        make_client(httpserver, sleeps, policy=NetPolicy(allowed_hosts=("generativelanguage.googleapis.com",)))
+    assert httpserver.log == []
+
+
+def test_a_redirect_is_not_followed_so_the_key_goes_nowhere_else(httpserver: HTTPServer, sleeps: Sleeps) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_data(
+        "", status=307, headers={"Location": httpserver.url_for("/elsewhere")}
+    )
+    httpserver.expect_request("/elsewhere").respond_with_json(gemini_answer())
+    policy = NetPolicy(private_hosts=(f"localhost:{httpserver.port}",))
+    with pytest.raises(OptimizerError):
+        make_client(httpserver, sleeps, max_retries=0, policy=policy).complete("Hello")
+    assert [request.path for request, _ in httpserver.log] == [PATH]
+
+
+def test_a_server_error_body_is_never_echoed(httpserver: HTTPServer, sleeps: Sleeps) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_json(
+        gemini_error(500, "INTERNAL", "internal detail: db=postgres://admin@10.0.0.3"), status=500
+    )
+    with pytest.raises(OptimizerError, match="HTTP 500") as raised:
+        make_client(httpserver, sleeps, max_retries=0).complete("Hello")
+    assert "internal detail" not in str(raised.value) and "10.0.0.3" not in str(raised.value)

@@ -14,6 +14,7 @@ from pytest_httpserver import HTTPServer
 from werkzeug import Request, Response
 
 from inspo_engine.config import OptimizerConfig
+from inspo_engine.netpolicy import NetPolicy, UrlRefused
 from inspo_engine.optimizers import OpenAICompatibleClient, OptimizerError, build_optimizer
 
 PATH = "/v1/chat/completions"
@@ -170,8 +171,10 @@ def test_it_fails_at_once_on_a_400_without_retrying(httpserver: HTTPServer, slee
         chat_error("model 'nope' does not exist", "invalid_request_error"), status=400
     )
 
-    with pytest.raises(OptimizerError, match="does not exist"):
+    with pytest.raises(OptimizerError, match="HTTP 400") as raised:
         make_client(httpserver, sleeps).complete("Hello")
+
+    assert "does not exist" not in str(raised.value)  # the server's words are never echoed
 
     assert len(httpserver.log) == 1
     assert sleeps == []
@@ -265,3 +268,39 @@ def test_build_optimizer_makes_an_openai_compatible_client_from_the_config(https
 def test_build_optimizer_refuses_openai_without_a_base_url() -> None:
     with pytest.raises(ValueError, match="base_url"):
         build_optimizer(OptimizerConfig(provider="openai", base_url=None), api_key="sk-test")
+
+
+# -- URLs a user chose -------------------------------------------------------------------------------------------
+
+
+def test_a_base_url_the_policy_refuses_gets_no_request_and_no_key(httpserver: HTTPServer, sleeps: Sleeps) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_json(chat_answer())
+    with pytest.raises(UrlRefused, match=r"loopback|allow-list"):
+        make_client(httpserver, sleeps, api_key="sk-server", policy=NetPolicy(allowed_hosts=("localhost",)))
+    assert httpserver.log == []
+
+
+def test_a_redirect_is_not_followed(httpserver: HTTPServer, sleeps: Sleeps) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_data(
+        "", status=307, headers={"Location": "http://169.254.169.254/latest/meta-data/"}
+    )
+    policy = NetPolicy(private_hosts=(f"localhost:{httpserver.port}",))
+    with pytest.raises(OptimizerError, match="HTTP 307"):
+        make_client(httpserver, sleeps, max_retries=0, policy=policy).complete("Hello")
+    assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize(
+    "respond",
+    [
+        lambda r: r.respond_with_data("secret internal detail", status=503),
+        lambda r: r.respond_with_data("secret internal detail", content_type="text/plain"),
+        lambda r: r.respond_with_json({"secret internal detail": 1}),
+    ],
+    ids=["status", "not-json", "no-choices"],
+)
+def test_what_the_server_wrote_is_never_echoed(httpserver: HTTPServer, sleeps: Sleeps, respond: Any) -> None:
+    respond(httpserver.expect_request(PATH, method="POST"))
+    with pytest.raises(OptimizerError) as raised:
+        make_client(httpserver, sleeps, max_retries=0).complete("Hello")
+    assert "secret internal detail" not in str(raised.value)

@@ -16,6 +16,7 @@ from inspo_engine.env.retrievers import (
     build_retriever,
     retrieve_url,
 )
+from inspo_engine.netpolicy import NetPolicy, UrlRefused
 from inspo_engine.types import Question
 
 RECALL_FLOOR = 0.9  # both measured 1.00 on these 100 questions (dense and BM25); the floor leaves room for noise
@@ -175,6 +176,34 @@ def test_remote_errors_name_the_url(httpserver: HTTPServer, respond, message: st
     with pytest.raises(RetrieverError, match=message) as caught:
         RemoteRetriever(url).search(["q"], 3)
     assert url in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "respond",
+    [
+        lambda r: r.respond_with_data("db password is hunter2", status=500),
+        lambda r: r.respond_with_data("db password is hunter2", content_type="application/json"),
+        lambda r: r.respond_with_json({"db password is hunter2": []}),
+        lambda r: r.respond_with_json({"result": [["db password is hunter2"]]}),
+        lambda r: r.respond_with_json({"result": [[{"document": {"id": "db password is hunter2"}, "score": 1}]]}),
+    ],
+    ids=["status", "malformed", "no-result", "not-a-document", "no-contents"],
+)
+def test_remote_errors_never_echo_what_the_server_wrote(httpserver: HTTPServer, respond):
+    respond(httpserver.expect_request("/retrieve"))
+    with pytest.raises(RetrieverError) as caught:
+        RemoteRetriever(httpserver.url_for("/retrieve")).search(["q"], 3)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_remote_url_the_policy_refuses_gets_no_request(httpserver: HTTPServer):
+    httpserver.expect_request("/retrieve").respond_with_json({"result": [[]]})
+    for policy in (NetPolicy(), NetPolicy(allowed_hosts=("localhost",))):  # not listed; listed but loopback
+        with pytest.raises(UrlRefused):
+            build_retriever("remote", None, url=httpserver.url_for("/retrieve"), policy=policy)
+    assert httpserver.log == []
+    allowed = NetPolicy(private_hosts=(f"localhost:{httpserver.port}",))
+    assert build_retriever("remote", None, url=httpserver.url_for("/"), policy=allowed).search(["q"], 3) == [[]]
 
 
 def test_remote_with_no_server_listening_raises_a_retriever_error_naming_the_url():

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...cli import api_key_for
 from ...coevolution import STATE_FILE, latest_checkpoint
 from ...config import RunConfig
 from ...types import Question
-from .overrides import AGENT_NAME, Cluster, RunPaths, verl_overrides
+from .overrides import AGENT_NAME, Cluster, RunPaths, quote, verl_overrides
 
 EVENTS_FILE = "events.jsonl"
 STOP_FILE = "STOP"
@@ -130,7 +131,8 @@ def latest_step(out_dir: Path) -> int:
 
 def resume_overrides(out_dir: Path, step: int) -> list[str]:
     """Resume verl from its shards of `step`; the population comes from the engine checkpoint of that step."""
-    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path='{out_dir / VERL_DIR}/global_step_{step}'"]
+    path = f"{out_dir / VERL_DIR}/global_step_{step}"
+    return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={quote(path)}"]
 
 
 def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:
@@ -153,12 +155,40 @@ def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:
     merger.cleanup()
 
 
-def job_environment(base: dict[str, str] | None = None) -> dict[str, str]:
-    """The job's environment: the caller's, with RAY_ADDRESS kept when set (join that cluster) and verl told to
-    load this package's plugin (the agent loop) in every process."""
-    env = dict(os.environ if base is None else base)
+API_KEY_VARIABLE = "INSPO_OPTIMIZER_API_KEY"
+"""The one optimizer key a job gets (when its optimizer needs one); `main` hands it to the optimizer client."""
+
+JOB_VARIABLES = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
+    "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "INSPO_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
+    "VERL_USE_EXTERNAL_PLUGINS",
+)  # fmt: skip
+"""Variables a job inherits by name from its caller."""
+JOB_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "RAY_", "VLLM_", "TORCH_", "PYTORCH_", "OMP_", "MKL_")
+"""…and by prefix: the GPU stack, Ray (RAY_ADDRESS joins that cluster), vLLM and thread counts."""
+_SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
+
+
+def job_environment(
+    base: dict[str, str] | None = None, *, api_key: str | None = None, extra: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """The job's environment, minimal and explicit: from the caller's (`base`, default os.environ) only the
+    variables named above and in `extra`, never one whose name says it holds a secret; plus the optimizer's
+    `api_key` as INSPO_OPTIMIZER_API_KEY when given, and verl told to load this package's plugin (the agent loop)
+    in every process. No database URL, Django secret or other API key reaches the job."""
+    source = os.environ if base is None else base
+    env = {
+        name: value
+        for name, value in source.items()
+        if (name in JOB_VARIABLES or name in extra or name.startswith(JOB_PREFIXES))
+        and not any(word in name.upper() for word in _SECRET_WORDS)
+    }
+    env.setdefault("PATH", os.defpath)
     env.setdefault("VERL_USE_EXTERNAL_PLUGINS", "auto")
     env.setdefault("TOKENIZERS_PARALLELISM", "true")
+    if api_key:
+        env[API_KEY_VARIABLE] = api_key
     return env
 
 
@@ -183,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print:
         print(" ".join(job.argv))
         return 0
-    os.execvpe(job.argv[0], job.argv, job_environment())
+    os.execvpe(job.argv[0], job.argv, job_environment(api_key=api_key_for(config)))
 
 
 if __name__ == "__main__":

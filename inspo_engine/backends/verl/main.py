@@ -1,6 +1,7 @@
 """The verl job: `python -m inspo_engine.backends.verl.main KEY=VALUE …` composes verl's trainer config with the
 overrides, starts or joins Ray, and runs INSPO's TaskRunner on this node. Like the CLI, it is a boundary of the
-engine: it reads the optimizer's API key from the environment and hands it over explicitly.
+engine: it reads the optimizer's API key from INSPO_OPTIMIZER_API_KEY (the one key its caller gave it; see
+`launcher.job_environment`) and hands it over explicitly.
 
 The TaskRunner follows verl's legacy one (`verl.trainer.main_ppo_v0.TaskRunner`): the same worker roles, resource
 pools and datasets, but `InspoRayPPOTrainer` with the population attached. It is pinned to the node that started
@@ -22,15 +23,14 @@ import ray
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
-from ...cli import api_key_for
 from ...coevolution import STATE_FILE
 from ...config import RunConfig
 from ...events import JsonlSink
 from .config import compose
-from .launcher import EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
+from .launcher import API_KEY_VARIABLE, EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
 from .loop import VerlLoop, question_of
 
-FORWARDED_ENV = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "OPENAI_API_KEY", "INSPO_CACHE_DIR")
+FORWARDED_ENV = (API_KEY_VARIABLE, "INSPO_CACHE_DIR")
 """Environment variables the TaskRunner actor needs from the job's environment (a joined cluster lacks them)."""
 
 
@@ -64,7 +64,7 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         run_config,
         policy=policy,
         train_questions=questions,
-        optimizer=make_optimizer(run_config, cache_dir, api_key_for(run_config)),
+        optimizer=make_optimizer(run_config, cache_dir, os.environ.get(API_KEY_VARIABLE) or None),
         sink=JsonlSink(out_dir / EVENTS_FILE),
         out_dir=out_dir,
         should_stop=lambda: (out_dir / STOP_FILE).exists(),

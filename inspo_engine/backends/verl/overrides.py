@@ -166,7 +166,20 @@ def _value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_value(v) for v in value) + "]"
     text = str(value)
-    return text if _BARE.match(text) and text not in ("true", "false", "null") else "'" + text.replace("'", "\\'") + "'"
+    return text if _BARE.match(text) and text not in ("true", "false", "null") else quote(text)
+
+
+def quote(text: str) -> str:
+    r"""`text` as a quoted Hydra value: quotes and a trailing backslash cannot end the string early. A '${' is
+    refused (ValueError), not escaped: an escaped '\${' becomes a live interpolation again once the job runs
+    `OmegaConf.resolve`, and `${oc.env:…}` would read the job's environment. Configs refuse '$' already.
+
+    >>> print(quote("/data/it's"), quote("end\\"))
+    '/data/it\'s' 'end\\'
+    """
+    if "${" in text:
+        raise ValueError(f"{text!r} would be an interpolation in verl's config; '${{' is not allowed")
+    return "'" + re.sub(r"(\\*)('|\Z)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text) + "'"
 
 
 def describe(overrides: list[str]) -> str:
