@@ -69,9 +69,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     add_cache(serve)
 
-    plot = commands.add_parser("plot", help="draw a run directory's Fig. 2 panels and population weights as PNGs")
-    plot.add_argument("run_dir", type=Path, help="a run directory (holding events.jsonl)")
-
     verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
     add_config_source(verl)
     verl.add_argument("--model-size", choices=["3b", "7b"], help="the paper's Qwen2.5 policy: model, lr and turns")
@@ -190,17 +187,22 @@ def command_train(args: argparse.Namespace) -> int:
         progress.close()
         events.close()
     (out / "best_instruction.txt").write_text(result.best_instruction.text + "\n", encoding="utf-8")
-    _plot_quietly(out)
     print(f"{result.status} at step {result.step}. Results in {out}/:")
     print(f"  events.jsonl, best_instruction.txt ({result.best_instruction.id}), checkpoint {result.checkpoint}")
     return 0 if result.status == "finished" else 130
 
 
 def api_key_for(config: RunConfig) -> str | None:
-    provider = config.optimizer.provider
-    if provider == "gemini":
+    """The optimizer's key: INSPO_OPTIMIZER_API_KEY when set (the key for whatever URL the config names); else
+    GEMINI_API_KEY (or GOOGLE_API_KEY) only for Google's own endpoint, never for a `base_url`; OPENAI_API_KEY for
+    the openai provider, whose base_url the person running this command chose."""
+    explicit = os.environ.get("INSPO_OPTIMIZER_API_KEY")
+    if explicit:
+        return explicit
+    optimizer = config.optimizer
+    if optimizer.provider == "gemini" and not optimizer.base_url:
         return os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-    if provider == "openai":
+    if optimizer.provider == "openai":
         return os.environ.get("OPENAI_API_KEY")
     return None
 
