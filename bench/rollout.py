@@ -120,7 +120,7 @@ def hf_generate(model: Any, tokenizer: Any, items: list[tuple[str, Question]], n
 
 def fixed_length_engine(model: Any, tokenizer: Any, new_tokens: int) -> FixedLengthEngine:
     settings = RolloutSettings(
-        max_turns=1, max_turn_tokens=new_tokens, max_obs_tokens=500, max_prompt_length=4096, top_k=3
+        max_turns=0, max_turn_tokens=new_tokens, max_obs_tokens=500, max_prompt_length=4096, top_k=3
     )
     return FixedLengthEngine(model, tokenizer, FixedPassages(), settings, device=torch.device("cpu"))
 

@@ -18,7 +18,7 @@ from .config import RunConfig
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
-from .env.rewards import f1
+from .env.rewards import exact_match, f1, is_valid_format
 from .events import EventSink
 from .netpolicy import NetPolicy
 from .optimizers import OptimizerClient, build_optimizer
@@ -128,9 +128,10 @@ def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
 
 
 def checkpoint_policy(
-    config: RunConfig, policy_dir: Path, cache_dir: Path, retriever_policy: NetPolicy | None = None
+    config: RunConfig, policy_dir: Path | None, cache_dir: Path, retriever_policy: NetPolicy | None = None
 ) -> TorchBackend:
-    """A checkpoint's policy (its `policy/` Hugging Face directory) with the run's retriever, ready to `answer`."""
+    """A checkpoint's policy (its `policy/` Hugging Face directory; None = the config's own, untrained model) with the
+    run's retriever, ready to `answer`."""
     from .backends.torch.backend import TorchBackend
 
     corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
@@ -139,10 +140,14 @@ def checkpoint_policy(
 
 
 def answer_scores(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Mean EM (the trajectories' reward) and token F1 of greedy answers; 0 for none."""
+    """Mean EM and token F1 of greedy answers (whatever the training reward), the share of replies that ended in an
+    `<answer>` (answered) and of well-formed trajectories (format), and the mean tool calls; 0 for none."""
     if not trajectories:
-        return {"em": 0.0, "f1": 0.0}
+        return {"em": 0.0, "f1": 0.0, "answered": 0.0, "format": 0.0, "tool_calls": 0.0}
     return {
-        "em": statistics.fmean(t.reward for t in trajectories),
+        "em": statistics.fmean(exact_match(t.answer, t.question.golden_answers) for t in trajectories),
         "f1": statistics.fmean(f1(t.answer, t.question.golden_answers) for t in trajectories),
+        "answered": statistics.fmean(t.answer is not None for t in trajectories),
+        "format": statistics.fmean(is_valid_format(t.response) for t in trajectories),
+        "tool_calls": statistics.fmean(t.tool_calls for t in trajectories),
     }

@@ -54,12 +54,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     add_cache(train)
 
-    evaluate = commands.add_parser("eval", help="evaluate a checkpoint: EM and F1 per benchmark")
-    evaluate.add_argument("--checkpoint", type=Path, required=True, help="a checkpoints/step-NNNNNN directory")
+    evaluate = commands.add_parser("eval", help="evaluate a checkpoint or an untrained model: EM and F1 per benchmark")
+    source = evaluate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, help="a checkpoints/step-NNNNNN directory")
+    source.add_argument(
+        "--untrained",
+        action="store_true",
+        help="the config's own model before any training (the step-0 baseline); pick it with --preset/--set",
+    )
+    add_config_source(evaluate)
     evaluate.add_argument("--dataset", action="append", required=True, help="'builtin' or a FlashRAG JSONL/dir")
     evaluate.add_argument("--split", default="test")
     evaluate.add_argument("--limit", type=int, default=None, help="questions per benchmark")
-    evaluate.add_argument("--instruction", type=Path, help="instruction file (default: the checkpoint's best)")
+    evaluate.add_argument(
+        "--instruction", type=Path, help="instruction file (default: the checkpoint's best, or the seed if untrained)"
+    )
+    evaluate.add_argument("--json", type=Path, help="also write every answer with its scores to this JSON file")
     add_cache(evaluate)
 
     serve = commands.add_parser("serve-retriever", help="serve Search-R1's POST /retrieve over a local index")
@@ -68,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     add_cache(serve)
+
+    plot = commands.add_parser("plot", help="draw a run directory's Fig. 2 panels and population weights as PNGs")
+    plot.add_argument("run_dir", type=Path, help="a run directory (holding events.jsonl)")
 
     verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
     add_config_source(verl)
@@ -187,8 +200,10 @@ def command_train(args: argparse.Namespace) -> int:
         progress.close()
         events.close()
     (out / "best_instruction.txt").write_text(result.best_instruction.text + "\n", encoding="utf-8")
+    _plot_quietly(out)
     print(f"{result.status} at step {result.step}. Results in {out}/:")
-    print(f"  events.jsonl, best_instruction.txt ({result.best_instruction.id}), checkpoint {result.checkpoint}")
+    print(f"  events.jsonl, fig2.png, population.png, best_instruction.txt ({result.best_instruction.id}),")
+    print(f"  checkpoint {result.checkpoint}")
     return 0 if result.status == "finished" else 130
 
 
@@ -207,29 +222,65 @@ def api_key_for(config: RunConfig) -> str | None:
     return None
 
 
+def _plot_quietly(out: Path) -> None:
+    """The run's pictures; a run that trained is never failed by a drawing problem (it is reported instead)."""
+    from .plots import plot_run
+
+    try:
+        plot_run(out)
+    except (ValueError, OSError, ImportError) as error:
+        print(f"no plots: {error}", file=sys.stderr)
+
+
+def command_plot(args: argparse.Namespace) -> int:
+    from .plots import plot_run
+
+    if not (args.run_dir / "events.jsonl").exists():
+        raise UsageError(f"{args.run_dir} is not a run directory (no events.jsonl)")
+    for path in plot_run(args.run_dir):
+        print(path)
+    return 0
+
+
 # -- eval ----------------------------------------------------------------------------------------------------
 
 
 def command_eval(args: argparse.Namespace) -> int:
     from .build import answer_scores, checkpoint_best, checkpoint_policy
-    from .coevolution import POLICY_DIR, STATE_FILE
     from .env.datasets import load_questions
 
+    config, policy_dir, instruction = _eval_source(args)
+    if args.instruction:
+        instruction = args.instruction.read_text(encoding="utf-8").strip()
+    if instruction is None:
+        assert args.checkpoint is not None
+        instruction = checkpoint_best(args.checkpoint, config).text
+    policy = checkpoint_policy(config, policy_dir, args.cache_dir)
+    print("| benchmark | n | EM | F1 | answered | well-formed | tool calls |\n|---|---|---|---|---|---|---|")
+    answers: dict[str, list[dict[str, Any]]] = {}
+    for name in args.dataset:
+        trajectories = policy.answer(instruction, load_questions(name, args.split, limit=args.limit))
+        scores = answer_scores(trajectories)
+        answers[name] = [t.to_dict() | answer_scores([t]) for t in trajectories]
+        row = " | ".join(f"{scores[key]:.3f}" for key in ("em", "f1", "answered", "format", "tool_calls"))
+        print(f"| {name} | {len(trajectories)} | {row} |")
+    if args.json:
+        args.json.write_text(json.dumps({"instruction": instruction, "answers": answers}, indent=1), encoding="utf-8")
+    return 0
+
+
+def _eval_source(args: argparse.Namespace) -> tuple[RunConfig, Path | None, str | None]:
+    """(config, policy directory or None for the config's own model, instruction or None for the checkpoint's I*)."""
+    from .coevolution import POLICY_DIR, STATE_FILE
+
+    if args.untrained:
+        config = load_config(args, fallback=preset("cpu-demo"))
+        return config, None, config.population.seed_instruction
     state_file = args.checkpoint / STATE_FILE
     if not state_file.exists():
         raise UsageError(f"{args.checkpoint} is not a checkpoint (no {STATE_FILE})")
     config = RunConfig.from_dict(json.loads(state_file.read_text(encoding="utf-8"))["config"])
-    if args.instruction:
-        instruction = args.instruction.read_text(encoding="utf-8").strip()
-    else:
-        instruction = checkpoint_best(args.checkpoint, config).text
-    policy = checkpoint_policy(config, args.checkpoint / POLICY_DIR, args.cache_dir)
-    print("| benchmark | n | EM | F1 |\n|---|---|---|---|")
-    for name in args.dataset:
-        trajectories = policy.answer(instruction, load_questions(name, args.split, limit=args.limit))
-        scores = answer_scores(trajectories)
-        print(f"| {name} | {len(trajectories)} | {scores['em']:.3f} | {scores['f1']:.3f} |")
-    return 0
+    return load_config(args, fallback=config), args.checkpoint / POLICY_DIR, None
 
 
 # -- serve-retriever ---------------------------------------------------------------------------------------------
@@ -269,6 +320,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "eval": command_eval,
         "serve-retriever": command_serve,
         "verl-config": command_verl_config,
+        "plot": command_plot,
     }
     try:
         if args.command == "config":

@@ -19,6 +19,7 @@ from typing import Any
 
 from .backends.base import POLICY_DIR, PolicyBackend
 from .config import RunConfig
+from .env.rewards import exact_match, is_valid_format
 from .events import (
     BudgetExhausted,
     CandidateInfo,
@@ -343,28 +344,33 @@ class CoEvolution:
     # -- evolution: select → generate → verify ---------------------------------------------------------------
 
     def _evolve(self, step: int) -> None:
+        """Select the parents, then generate → verify rounds until every parent's share of the free slots is
+        filled or `max_verify_rounds` rounds ran. Each round asks the optimizer once per parent whose share is not
+        full yet, so with several parents every one of them gets proposals."""
         parents = self.population.top(self.population.n_parents)
-        slots = self.population.max_size - len(parents)
+        shares = slot_shares(self.population.max_size - len(parents), len(parents))
         evo = self.config.evolution
         questions = self.replay.verification_set(self.replay_rng, evo.verify_samples) if evo.verify else []
         parent_scores: dict[str, float] = {}
         accepted: list[tuple[Instruction, str, float | None, str]] = []
         rounds = 0
         rollouts_before = self.progress.overhead.verification_rollouts
-        while len(accepted) < slots and rounds < evo.max_verify_rounds:
+        while rounds < evo.max_verify_rounds and self._budget_left(step):
+            wanting = [
+                (p, share - sum(a[0].id == p.id for a in accepted)) for p, share in zip(parents, shares, strict=True)
+            ]
+            wanting = [(p, left) for p, left in wanting if left > 0]
+            if not wanting:
+                break
             rounds += 1
-            for parent in parents:
-                if len(accepted) >= slots or not self._budget_left(step):
+            for parent, left in wanting:
+                if not self._budget_left(step):
                     break
                 round_id, texts = self._generate(step, parent, rounds)
                 taken = {text for _, text, _, _ in accepted}
                 fresh = [t for t in texts if t not in taken and not self.population.contains_text(t)]
-                for text, score in self._verify(
-                    step, round_id, parent, fresh, questions, parent_scores, slots - len(accepted)
-                ):
+                for text, score in self._verify(step, round_id, parent, fresh, questions, parent_scores, left):
                     accepted.append((parent, text, score, round_id))
-            if not self._budget_left(step):
-                break
         added = self._replace_population(step, parents, accepted)
         self.sink.emit(
             EvolutionCompleted(
@@ -418,7 +424,14 @@ class CoEvolution:
             return []
         failures = self._failures_for(parent) if kind == "reflection" else []
         history = self._history() if kind == "history" else []
-        prompt = build_prompt(kind, parent=parent.text, n=n, failures=failures, history=history)  # type: ignore[arg-type]
+        prompt = build_prompt(
+            kind,  # type: ignore[arg-type]
+            parent=parent.text,
+            n=n,
+            failures=failures,
+            history=history,
+            placement=self.config.env.instruction_placement,
+        )
         try:
             completion = self.optimizer.complete(prompt, system=OPTIMIZER_SYSTEM_PROMPT)
         except OptimizerError as error:
@@ -458,7 +471,9 @@ class CoEvolution:
         parent_scores: dict[str, float],
         slots: int,
     ) -> list[tuple[str, float | None]]:
-        """Score candidates on D_B with the current policy and keep the top ones that fit and clear the bar."""
+        """Score candidates on D_B with the current policy and keep the top ones that fit and clear the bar: with
+        `verify_min_ratio` r > 0 the parent is scored on the same questions and a candidate scoring below
+        r × the parent's score is rejected (r = 1: no candidate worse than its parent joins)."""
         if not texts:
             return []
         if not self.config.evolution.verify or not questions:
@@ -495,7 +510,7 @@ class CoEvolution:
         if text in kept:
             return None
         if scores[text] < bar:
-            return f"scored {scores[text]:.3f}, below the bar {bar:.3f}"
+            return f"scored {scores[text]:.3f}, below the bar {bar:.3f} set by its parent"
         return "outranked: the population is full"
 
     def _score(self, text: str, questions: list[Question]) -> float:
@@ -535,7 +550,7 @@ class CoEvolution:
     def _evaluate(self, step: int) -> None:
         best = self.population.best()
         for name, questions in self.eval_sets.items():
-            rewards = self.backend.score(best.text, questions)
+            rewards = self.backend.evaluate(best.text, questions)
             value = statistics.fmean(rewards) if rewards else 0.0
             self.sink.emit(
                 EvalCompleted(
@@ -553,6 +568,7 @@ class CoEvolution:
         timings: dict[str, float],
     ) -> None:
         rewards = [t.reward for t in flat]
+        metrics = {**protocol_metrics(flat), **metrics}
         self.sink.emit(
             StepCompleted(
                 step=step,
@@ -655,6 +671,29 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     """The newest complete checkpoint under out_dir, if any."""
     found = sorted(p for p in (out_dir / "checkpoints").glob("step-*") if (p / STATE_FILE).exists())
     return found[-1] if found else None
+
+
+def protocol_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """How well a step's rollouts follow the protocol, whatever the training reward: exact match, the share that
+    ended in an `<answer>` and the share of well-formed trajectories."""
+    return {
+        "em": statistics.fmean(exact_match(t.answer, t.question.golden_answers) for t in trajectories),
+        "answered": statistics.fmean(t.answer is not None for t in trajectories),
+        "well_formed": statistics.fmean(is_valid_format(t.response) for t in trajectories),
+    }
+
+
+def slot_shares(slots: int, parents: int) -> list[int]:
+    """The free slots split as evenly as possible between the parents, the best parent first.
+
+    >>> slot_shares(6, 1)
+    [6]
+    >>> slot_shares(5, 2)
+    [3, 2]
+    >>> slot_shares(1, 3)
+    [1, 0, 0]
+    """
+    return [slots // parents + (1 if i < slots % parents else 0) for i in range(parents)]
 
 
 def needs_optimizer(config: RunConfig) -> bool:

@@ -24,6 +24,8 @@ SEED_INSTRUCTION = (
 PAPER_BENCHMARKS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
 Mode = Literal["online", "static", "pre", "post"]
+Reward = Literal["em", "em_format"]
+Placement = Literal["user", "system"]
 Proposer = Literal["reflection", "paraphrase", "history"]
 WeightReset = Literal["all", "new"]
 
@@ -108,8 +110,9 @@ class EvolutionConfig:
     """|D_B|: questions drawn from the replay buffer to score each candidate (G = 1)."""
     max_verify_rounds: int = 5
     """At most this many generate → verify rounds per evolution."""
-    verify_min_ratio: float = 0.0
-    """A candidate joins only if its verification score ≥ ratio × its parent's (0 = rank only, as the paper)."""
+    verify_min_ratio: float = 1.0
+    """A candidate joins only if its verification score ≥ ratio × its parent's, both scored on the same D_B questions
+    (1 = never below its parent: the paper's "low-performing candidates are rejected"; 0 = rank only)."""
     reset_weights: WeightReset = "all"
     """After evolution, reset the weights of all instructions (Algorithm 1) or only of the new ones."""
     replay_capacity: int = 50_000
@@ -121,7 +124,8 @@ class EnvConfig:
     """The search-tool environment (Search-R1 protocol)."""
 
     max_turns: int = 4
-    """Model turns per trajectory (4 for 3B, 6 for 7B in the paper)."""
+    """Turns that may search, counted as Search-R1 counts them (4 for 3B, 6 for 7B in the paper); one more, final
+    turn may only answer."""
     top_k: int = 3
     """Passages returned per search."""
     max_turn_tokens: int = 500
@@ -138,6 +142,17 @@ class EnvConfig:
     """Retriever kind."""
     retriever_url: str | None = None
     """URL of a Search-R1-compatible /retrieve server when retriever is 'remote'."""
+    instruction_placement: Placement = "user"
+    """Where the instruction goes: 'user' = before the question in the user turn (the paper's App. F, Search-R1's
+    template); 'system' = the system message, the question alone in the user turn."""
+    reward: Reward = "em"
+    """Training (and verification) reward: 'em' = exact match (the paper); 'em_format' = exact match plus partial
+    credit for a well-formed trajectory, in the spirit of Search-R1's qa_em_format (see rewards.em_format_reward)."""
+    format_score: float = 0.2
+    """em_format: score of a well-formed trajectory whose answer is wrong (half of it for a malformed one that still
+    ends in an answer); a correct answer in a malformed trajectory scores 1 − format_score."""
+    retrieval_score: float = 0.1
+    """em_format: added to format_score when a well-formed, wrong trajectory retrieved a passage with a gold answer."""
 
 
 @dataclass
@@ -415,6 +430,8 @@ _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "evolution.verify_min_ratio": (0, 10, True),
     "evolution.replay_capacity": (1, None, True),
     "env.max_turns": (1, 32, True),
+    "env.format_score": (0, 0.5, True),
+    "env.retrieval_score": (0, 0.5, True),
     "env.top_k": (1, 100, True),
     "env.max_turn_tokens": (1, 32_768, True),
     "env.max_obs_tokens": (1, 32_768, True),
@@ -582,29 +599,37 @@ def _paper() -> dict[str, Any]:
 
 
 def _cpu_demo() -> dict[str, Any]:
-    """A real run that fits in about half an hour on two CPU cores: SmolLM2-135M, two evolutions."""
+    """A run that visibly learns in under half an hour on two CPU cores: SmolLM2-135M, the format-aware reward, one
+    search turn then the answer turn, LoRA at a high rate, two evolutions by the offline `rules` optimizer."""
     return {
         "grpo": {
-            "total_steps": 24,
-            "group_size": 4,
+            "total_steps": 30,
+            "group_size": 8,
             "batch_size": 4,
             "mini_batch_size": 4,
-            "micro_batch_size": 4,
-            "lr": 5e-6,
+            "micro_batch_size": 2,
+            "lr": 1e-5,
+            "sampling_temperature": 0.8,
         },
-        "population": {"population_size": 4, "prune_every": 4},
+        "population": {"population_size": 4, "prune_every": 5},
         "evolution": {
-            "evolve_every": 8,
-            "evolve_until": 16,
+            "evolve_every": 10,
+            "evolve_until": 20,
             "n_candidates": 3,
-            "verify_samples": 8,
+            "verify_samples": 12,
             "max_verify_rounds": 2,
         },
-        "env": {"max_turns": 2, "max_turn_tokens": 64, "max_obs_tokens": 128, "max_prompt_length": 1024},
-        "backend": {"device": "cpu", "max_new_tokens": 64},
+        "env": {
+            "max_turns": 1,
+            "max_turn_tokens": 48,
+            "max_obs_tokens": 96,
+            "max_prompt_length": 1024,
+            "reward": "em_format",
+        },
+        "backend": {"device": "cpu", "max_new_tokens": 48},
         "optimizer": {"provider": "rules"},
-        "eval": {"eval_every": 0, "eval_samples": 32},
-        "checkpoint": {"checkpoint_every": 8, "keep_last": 1},
+        "eval": {"eval_every": 0, "eval_samples": 0},
+        "checkpoint": {"checkpoint_every": 10, "keep_last": 1},
     }
 
 

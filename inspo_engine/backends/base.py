@@ -36,8 +36,12 @@ class PolicyBackend(Protocol):
         ...
 
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        """Reward of one greedy-or-sampled rollout (G = 1) per question with the current policy: verification
-        and evaluation."""
+        """Training reward of one greedy rollout (G = 1) per question with the current policy: verification."""
+        ...
+
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        """Exact match of one greedy rollout per question with the current policy, whatever the training reward:
+        evaluation."""
         ...
 
     def save(self, directory: Path) -> None:

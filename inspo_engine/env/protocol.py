@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 STOP_STRINGS = ("</search>", "</answer>")
+Placement = Literal["user", "system"]
+"""Where a rollout's chat carries the instruction: before the question in the user turn, or as the system message."""
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.S)
 
 
@@ -32,6 +34,44 @@ class Retriever(Protocol):
     """Top-k passages per query. Implementations: dense (faiss), sparse (BM25), remote (/retrieve)."""
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]: ...
+
+
+def chat_messages(instruction: str, question: str, placement: Placement = "user") -> list[dict[str, str]]:
+    """The chat a rollout starts from. `user` is the paper's App. F (Search-R1's template): one user turn holding the
+    instruction, then `Question: …`. `system` puts the instruction in the system message and the question alone in
+    the user turn.
+
+    >>> chat_messages("Answer it.", "Capital of Peru?")
+    [{'role': 'user', 'content': 'Answer it.\\nQuestion: Capital of Peru?\\n'}]
+    >>> [m["role"] for m in chat_messages("Answer it.", "Capital of Peru?", "system")]
+    ['system', 'user']
+    """
+    if placement == "system":
+        return [{"role": "system", "content": instruction}, {"role": "user", "content": question}]
+    return [{"role": "user", "content": f"{instruction}\nQuestion: {question}\n"}]
+
+
+def rollout_over(action: Action, turns_done: int, max_turns: int) -> bool:
+    """Whether a rollout ends after its `turns_done`-th turn, counted as Search-R1 counts them: `max_turns` turns
+    may search, then one last turn may only answer. An answer ends a rollout at any turn.
+
+    >>> rollout_over(Action("search", "Peru"), 2, max_turns=2)
+    False
+    >>> rollout_over(Action("search", "Peru"), 3, max_turns=2)
+    True
+    >>> rollout_over(Action("answer", "Lima"), 1, max_turns=2)
+    True
+    """
+    return action.kind == "answer" or turns_done > max_turns
+
+
+def most_turns(max_turns: int) -> int:
+    """The most model turns a rollout can take: the searching turns and the final one.
+
+    >>> most_turns(4)
+    5
+    """
+    return max_turns + 1
 
 
 def parse_action(turn: str) -> Action:

@@ -93,13 +93,22 @@ def is_valid_format(response: str) -> bool:
     return bool(tags) and not stack and answers == 1 and response.rstrip().endswith("</answer>")
 
 
-def em_reward(completions: Sequence[str], *, golden_answers: Sequence[Sequence[str]], **_: object) -> list[float]:
-    """The training reward: exact match of each completion's final answer; a missing answer scores 0.
+def em_reward(
+    completions: Sequence[str],
+    *,
+    golden_answers: Sequence[Sequence[str]],
+    answers: Sequence[str | None] | None = None,
+    **_: object,
+) -> list[float]:
+    """The paper's training reward: exact match of each final answer; a missing answer scores 0. `answers` are the
+    final answers the rollout took (default: the last `<answer>` of each completion).
 
     >>> em_reward(["<answer> Paris </answer>", "Paris"], golden_answers=[["paris"], ["paris"]])
     [1.0, 0.0]
     """
-    return [exact_match(extract_answer(c), golds) for c, golds in zip(completions, golden_answers, strict=True)]
+    if answers is None:
+        answers = [extract_answer(c) for c in completions]
+    return [exact_match(a, golds) for a, golds in zip(answers, golden_answers, strict=True)]
 
 
 def f1_reward(completions: Sequence[str], *, golden_answers: Sequence[Sequence[str]], **_: object) -> list[float]:
@@ -118,3 +127,60 @@ def format_reward(completions: Sequence[str], **_: object) -> list[float]:
     [1.0, 0.0]
     """
     return [float(is_valid_format(c)) for c in completions]
+
+
+_INFORMATION = re.compile(r"<information>(.*?)</information>", re.S)
+
+
+def retrieved_gold(response: str, golden_answers: Sequence[str]) -> bool:
+    """Whether any `<information>` block of the response contains a gold answer (normalised, as a substring).
+
+    >>> retrieved_gold("<search>q</search><information>Doc 1(Title: Peru) Lima is the capital.</information>", ["Lima"])
+    True
+    >>> retrieved_gold("<answer>Lima</answer>", ["Lima"])
+    False
+    """
+    seen = " ".join(normalize_answer(block) for block in _INFORMATION.findall(response))
+    return any(f" {normalize_answer(gold)} " in f" {seen} " for gold in golden_answers if normalize_answer(gold))
+
+
+def em_format_reward(
+    completions: Sequence[str],
+    *,
+    golden_answers: Sequence[Sequence[str]],
+    answers: Sequence[str | None] | None = None,
+    format_score: float = 0.2,
+    retrieval_score: float = 0.1,
+    **_: object,
+) -> list[float]:
+    """Exact match with partial credit for the protocol, in the spirit of Search-R1's `qa_em_format`:
+
+    - a correct answer scores 1 in a well-formed trajectory and 1 − format_score in a malformed one;
+    - a wrong (or missing) answer in a well-formed trajectory scores format_score, plus retrieval_score when a
+      retrieved passage held a gold answer;
+    - a malformed trajectory that still ends in an answer scores format_score / 2; anything else 0.
+
+    `answers` are the final answers the rollout took (default: the last `<answer>` of each completion).
+
+    >>> well_formed = ["<think>x</think><answer>Lima</answer>", "<think>x</think><answer>Quito</answer>"]
+    >>> em_format_reward([*well_formed, "Lima", "<answer>Quito"], golden_answers=[["Lima"]] * 4)
+    [1.0, 0.2, 0.0, 0.0]
+    >>> em_format_reward(["<think>x</think> <answer>Lima</answer> extra"], golden_answers=[["Lima"]])
+    [0.8]
+    """
+    if answers is None:
+        answers = [extract_answer(c) for c in completions]
+    scores = []
+    for completion, answer, golds in zip(completions, answers, golden_answers, strict=True):
+        well_formed = is_valid_format(completion)
+        if exact_match(answer, golds):
+            scores.append(1.0 if well_formed else 1.0 - format_score)
+        elif well_formed:
+            scores.append(format_score + (retrieval_score if retrieved_gold(completion, golds) else 0.0))
+        else:
+            scores.append(format_score / 2 if answer is not None else 0.0)
+    return scores
+
+
+REWARDS = {"em": em_reward, "em_format": em_format_reward}
+"""The training rewards a run config can name (`env.reward`)."""

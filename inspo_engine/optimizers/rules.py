@@ -29,9 +29,21 @@ class Guidance:
     sentence: str
 
 
+WORKED_EXAMPLE = (
+    "For example, to the question 'What is the capital of Kenya?' reply: <think> I need the capital of Kenya. "
+    "</think> <search> capital of Kenya </search> and, once the passages arrive in <information> and "
+    "</information>: <think> The passage says Nairobi. </think> <answer> Nairobi </answer>"
+)
+"""A worked example of the whole protocol: what a small policy that never writes the tags needs most."""
+
+SHORT_EXAMPLE = "For example: <think> The capital of Kenya is Nairobi. </think> <answer> Nairobi </answer>"
+"""A worked example of the shortest well-formed reply: reasoning, then the answer in its tags."""
+
 GUIDANCE = (
     Guidance("no search", "Before answering, always search at least once with <search> and </search>."),
     Guidance("no answer tags", "Always end with the final answer inside <answer> and </answer>; never omit it."),
+    Guidance("no answer tags", WORKED_EXAMPLE),
+    Guidance("no answer tags", SHORT_EXAMPLE),
     Guidance("long answer", "Inside <answer> and </answer> write only the name or number asked for, nothing else."),
     Guidance("wrong after search", "Read the passages in <information> and </information> and copy the exact name."),
     Guidance("no reasoning", "Begin every turn with a short plan inside <think> and </think>."),

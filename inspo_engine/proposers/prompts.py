@@ -13,16 +13,29 @@ PROPOSER_KINDS: tuple[ProposerKind, ...] = get_args(ProposerKind)
 RESPONSE_CHAR_LIMIT = 1500
 
 OPTIMIZER_SYSTEM_PROMPT = (
-    "You are an expert prompt engineer. You design and improve the system instructions that steer LLM search "
+    "You are an expert prompt engineer. You design and improve the instructions that steer LLM search "
     "agents, which reason step by step, query a search engine and then answer. You diagnose precisely, write "
     "instructions that are clear and compact, and always reply in exactly the format you are asked for."
 )
 
+_PLACEMENTS = {
+    "user": "The instructions you work on are given to a language-model agent at the start of its user message, "
+    "right before the question (written as 'Question: ...').",
+    "system": "The instructions you work on are the system message of a language-model agent; the question arrives "
+    "alone in the user message.",
+}
+
+
+def agent_context(placement: str = "user") -> str:
+    """What the optimizer is told about the agent, including truthfully where its instruction sits in the chat."""
+    return f"{_PLACEMENTS[placement]} {_AGENT_CONTEXT}"
+
+
 _AGENT_CONTEXT = (
-    "The instructions you work on are system prompts for a language-model agent that answers questions with the help "
-    "of a search engine. The agent reasons inside <think> and </think>, sends a query by writing <search> query "
-    "</search>, reads the passages the engine returns between <information> and </information>, and gives its final "
-    "answer inside <answer> and </answer>. The agent is trained with reinforcement learning while it follows these "
+    "The agent answers questions with the help of a search engine. It reasons inside <think> and </think>, sends a "
+    "query by writing <search> query </search>, reads the passages the engine returns between <information> and "
+    "</information>, and gives its final answer inside <answer> and </answer>. The agent is trained with "
+    "reinforcement learning while it follows these "
     "instructions, so the wording of an instruction directly shapes how the agent searches, reasons and answers."
 )
 
@@ -57,7 +70,7 @@ def truncate_middle(text: str, limit: int = RESPONSE_CHAR_LIMIT) -> str:
     return f"{text[:head]}\n[... {omitted} characters omitted ...]\n{text[-tail:]}"
 
 
-def reflection_prompt(parent: str, failures: Sequence[FailureExample], n: int) -> str:
+def reflection_prompt(parent: str, failures: Sequence[FailureExample], n: int, *, placement: str = "user") -> str:
     """INSPO's reflection proposer: diagnose why the parent let the policy fail, then propose ``n`` fixes."""
     _check(n, parent)
     if not failures:
@@ -73,6 +86,7 @@ def reflection_prompt(parent: str, failures: Sequence[FailureExample], n: int) -
         f"2. Write {_count(n, 'improved instruction')} that fix those weaknesses while keeping what already works."
     )
     return _assemble(
+        placement,
         "Below is the current instruction, between <ins_0> and </ins_0>. After it are the questions the agent got "
         f"wrong while following it ({len(failures)} in all), each with the agent's full response (long responses "
         "are cut in the middle) and the correct answer(s).",
@@ -84,7 +98,7 @@ def reflection_prompt(parent: str, failures: Sequence[FailureExample], n: int) -
     )
 
 
-def paraphrase_prompt(parent: str, n: int) -> str:
+def paraphrase_prompt(parent: str, n: int, *, placement: str = "user") -> str:
     """APE-style proposer: ``n`` rewordings of the parent that keep its meaning and protocol."""
     _check(n, parent)
     task = (
@@ -93,6 +107,7 @@ def paraphrase_prompt(parent: str, n: int) -> str:
         "tighten or remove redundancy. Do not invent new strategies and do not drop any step."
     )
     return _assemble(
+        placement,
         "Below is an instruction, between <ins_0> and </ins_0>.",
         f"<ins_0>\n{parent}\n</ins_0>",
         task,
@@ -113,18 +128,22 @@ def build_prompt(
     n: int,
     failures: Sequence[FailureExample] = (),
     history: Sequence[ScoredInstruction] = (),
+    placement: str = "user",
 ) -> str:
-    """The prompt for ``kind``. For "history", ``parent`` only adds its tags to the ones candidates must keep."""
+    """The prompt for ``kind``. For "history", ``parent`` only adds its tags to the ones candidates must keep.
+    ``placement`` is where the agent's chat carries the instruction (the run's `env.instruction_placement`)."""
     if kind == "reflection":
-        return reflection_prompt(parent, failures, n)
+        return reflection_prompt(parent, failures, n, placement=placement)
     if kind == "paraphrase":
-        return paraphrase_prompt(parent, n)
+        return paraphrase_prompt(parent, n, placement=placement)
     if kind == "history":
-        return _history_prompt(history, n, extra_tags=required_tags(parent))
+        return _history_prompt(history, n, extra_tags=required_tags(parent), placement=placement)
     raise ValueError(f"unknown proposer kind {kind!r}; expected one of {', '.join(PROPOSER_KINDS)}")
 
 
-def _history_prompt(history: Sequence[ScoredInstruction], n: int, *, extra_tags: Iterable[str]) -> str:
+def _history_prompt(
+    history: Sequence[ScoredInstruction], n: int, *, extra_tags: Iterable[str], placement: str = "user"
+) -> str:
     _check(n)
     if not history:
         raise ValueError("the history proposer needs at least one scored instruction")
@@ -142,6 +161,7 @@ def _history_prompt(history: Sequence[ScoredInstruction], n: int, *, extra_tags:
         "Build on what works; do not just copy an instruction from the list."
     )
     return _assemble(
+        placement,
         "Below are instructions that have already been tried, each with its score: the percentage (0-100) of "
         "questions the agent answered correctly while following it. They are sorted from the lowest score to the "
         "highest, so the best instruction comes last.",
@@ -159,8 +179,8 @@ def _check(n: int, parent: str | None = None) -> None:
         raise ValueError("the parent instruction is empty")
 
 
-def _assemble(*sections: str) -> str:
-    return "\n\n".join((_AGENT_CONTEXT, *sections)) + "\n"
+def _assemble(placement: str, *sections: str) -> str:
+    return "\n\n".join((agent_context(placement), *sections)) + "\n"
 
 
 def _count(number: int, noun: str) -> str:

@@ -78,6 +78,9 @@ class ScriptedBackend:
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
         return [self._trajectory("verify", instruction, q).reward for q in questions]
 
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        return self.score(instruction, questions)
+
     def save(self, directory: Path) -> None:
         """Into `policy/` of the checkpoint, where a real backend puts its weights."""
         (directory / POLICY_DIR).mkdir(parents=True, exist_ok=True)

@@ -122,7 +122,9 @@ def test_overhead_counts_verification_against_training_rollouts(gemini):
     finished = sink.of(RunFinished)[0]
     assert result.status == "finished"
     assert finished.overhead.training_rollouts == 45 * 16 * 4
-    verified = sum(len(e.candidates) for e in sink.of(InstructionVerified)) * 40
+    candidates = sum(len(e.candidates) for e in sink.of(InstructionVerified))
+    parents = len({(e.step, e.parent_id) for e in sink.of(InstructionVerified)})  # each scored once per evolution
+    verified = (candidates + parents) * 40
     assert finished.overhead.verification_rollouts == verified
     assert finished.overhead.optimizer_calls == len(sink.of(InstructionProposed))
     assert finished.overhead.optimizer_tokens == 150 * finished.overhead.optimizer_calls

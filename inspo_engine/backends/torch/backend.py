@@ -5,6 +5,7 @@ It knows tokens and weights; it knows nothing about the population or the optimi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 
 from ...config import RunConfig
 from ...env.protocol import Retriever
-from ...env.rewards import exact_match
+from ...env.rewards import REWARDS, exact_match
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, UpdateResult
 from .grpo import GRPOTrainer, group_advantages
@@ -52,13 +53,16 @@ class TorchBackend:
         self.engine = RolloutEngine(self.trainer.model, tokenizer, retriever, settings, device=self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
+        self.reward = functools.partial(
+            REWARDS[config.env.reward], format_score=config.env.format_score, retrieval_score=config.env.retrieval_score
+        )
 
     # -- PolicyBackend -------------------------------------------------------------------------------------
 
     def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
         repeated = [r for r in requests for _ in range(group_size)]
         samples = self.engine.generate([(r.instruction, r.question) for r in repeated], generator=self.generator)
-        flat = [_trajectory(r.instruction_id, r.question, s) for r, s in zip(repeated, samples, strict=True)]
+        flat = self._trajectories([r.instruction_id for r in repeated], [r.question for r in repeated], samples)
         return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
 
     def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
@@ -72,7 +76,11 @@ class TorchBackend:
         return self.trainer.update(samples)
 
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        """The training reward of one greedy rollout per question (verification's measure)."""
         return [t.reward for t in self.answer(instruction, questions)]
+
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        return [exact_match(t.answer, t.question.golden_answers) for t in self.answer(instruction, questions)]
 
     def save(self, directory: Path) -> None:
         """`policy/` is a plain Hugging Face directory (what users download); `training/` holds the optimizer,
@@ -87,24 +95,35 @@ class TorchBackend:
     # -- evaluation ----------------------------------------------------------------------------------------
 
     def answer(self, instruction: str, questions: Sequence[Question]) -> list[Trajectory]:
-        """One greedy rollout per question, in batches; the trajectory's reward is EM."""
+        """One greedy rollout per question, in batches; the trajectory's reward is the run's training reward."""
         out: list[Trajectory] = []
         for start in range(0, len(questions), self.score_batch):
             chunk = questions[start : start + self.score_batch]
             samples = self.engine.generate([(instruction, q) for q in chunk], greedy=True)
-            out += [_trajectory("eval", q, s) for q, s in zip(chunk, samples, strict=True)]
+            out += self._trajectories(["eval"] * len(chunk), chunk, samples)
         return out
 
-
-def _trajectory(instruction_id: str, question: Question, sample: RolloutSample) -> Trajectory:
-    return Trajectory(
-        instruction_id=instruction_id,
-        question=question,
-        response=sample.response_text,
-        reward=exact_match(sample.answer, question.golden_answers),
-        answer=sample.answer,
-        tool_calls=sample.tool_calls,
-        response_tokens=sum(sample.response_mask),
-        error=sample.error,
-        payload=sample,
-    )
+    def _trajectories(
+        self, instruction_ids: Sequence[str], questions: Sequence[Question], samples: Sequence[RolloutSample]
+    ) -> list[Trajectory]:
+        rewards = self.reward(
+            [s.response_text for s in samples],
+            golden_answers=[q.golden_answers for q in questions],
+            answers=[s.answer for s in samples],
+        )
+        return [
+            Trajectory(
+                instruction_id=instruction_id,
+                question=question,
+                response=sample.response_text,
+                reward=reward,
+                answer=sample.answer,
+                tool_calls=sample.tool_calls,
+                response_tokens=sum(sample.response_mask),
+                error=sample.error,
+                payload=sample,
+            )
+            for instruction_id, question, sample, reward in zip(
+                instruction_ids, questions, samples, rewards, strict=True
+            )
+        ]

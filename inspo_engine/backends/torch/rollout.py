@@ -3,7 +3,8 @@ turns; it knows tokens and the protocol, nothing about rewards, advantages or tr
 
 How a batch runs:
 
-- Prompts are the tokenizer's chat template (instruction = system message, question = user message). Identical
+- Prompts are the tokenizer's chat template over `chat_messages` (by default the instruction, then the question, in
+  the user turn; optionally the instruction as the system message). Identical
   prompts (the G rollouts of a group) are prefilled once, and the longest common token prefix of the prompts that
   share an instruction is prefilled once per instruction; the cache rows are then copied out to every rollout.
 - The KV cache (`_RowCache`) keeps one write pointer per row instead of left padding: row r's tokens sit in columns
@@ -37,7 +38,17 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
 from ...config import EnvConfig
-from ...env.protocol import INVALID_ACTION_NOTE, STOP_STRINGS, Passage, Retriever, observation, parse_action
+from ...env.protocol import (
+    INVALID_ACTION_NOTE,
+    STOP_STRINGS,
+    Passage,
+    Placement,
+    Retriever,
+    chat_messages,
+    observation,
+    parse_action,
+    rollout_over,
+)
 from ...types import Question
 from .samples import RolloutSample
 
@@ -59,7 +70,7 @@ class RolloutSettings:
     """Limits and sampling of one rollout (the Search-R1 protocol of INSPO.md)."""
 
     max_turns: int
-    """Model turns per rollout; the turn that reaches it ends the rollout, whatever it asked for."""
+    """Turns that may search (Search-R1's count); one more, final turn may only answer and ends the rollout."""
     max_turn_tokens: int
     """Token budget of one model turn."""
     max_obs_tokens: int
@@ -72,6 +83,8 @@ class RolloutSettings:
     """Sampling temperature (ignored when greedy)."""
     top_p: float = 1.0
     """Nucleus sampling mass (1.0 = off; ignored when greedy)."""
+    placement: Placement = "user"
+    """Where the instruction goes in the chat (see `chat_messages`)."""
 
     @classmethod
     def from_config(cls, env: EnvConfig, *, temperature: float, top_p: float, max_new_tokens: int) -> RolloutSettings:
@@ -84,6 +97,7 @@ class RolloutSettings:
             top_k=env.top_k,
             temperature=temperature,
             top_p=top_p,
+            placement=env.instruction_placement,
         )
 
 
@@ -264,8 +278,8 @@ class RolloutEngine:
     # -- prompts -----------------------------------------------------------------------------------------------
 
     def prompt_ids(self, instruction: str, question: Question) -> list[int]:
-        """The chat prompt: the instruction as the system message, the question as the user message."""
-        messages = [{"role": "system", "content": instruction}, {"role": "user", "content": question.text}]
+        """The chat prompt of `chat_messages`, ready for the model's reply."""
+        messages = chat_messages(instruction, question.text, self.settings.placement)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self._encode(text)
 
@@ -417,12 +431,12 @@ class RolloutEngine:
         return any(stop in row.tail for stop in STOP_STRINGS)
 
     def _end_turn(self, row: _Row) -> str | None:
-        """Close a turn: an answer or the last allowed turn ends the rollout; a search returns its query; anything
-        else (no action, or an empty query) gets the invalid-action note."""
+        """Close a turn: an answer or the final turn ends the rollout; a search returns its query; anything else (no
+        action, or an empty query) gets the invalid-action note."""
         row.turns += 1
         action = parse_action(self.tokenizer.decode(row.turn_ids))
         row.turn_ids, row.tail = [], ""
-        if action.kind == "answer" or row.turns >= self.settings.max_turns:
+        if rollout_over(action, row.turns, self.settings.max_turns):
             row.answer = action.content if action.kind == "answer" else None
             row.done = True
             return None

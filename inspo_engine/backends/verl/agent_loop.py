@@ -5,7 +5,7 @@ verl instantiates one `SearchR1AgentLoop` per trajectory inside its agent-loop w
 `run`. Each turn sends the whole context so far (prompt, turns, observations) as token ids to the server manager
 with the stop strings and the turn's token budget; the ids it returns are appended as they are (mask 1) and only
 decoded to read the action. Passages come from a Search-R1 `/retrieve` server and are appended with mask 0. The
-reward (exact match) is computed here, so verl's reward workers have nothing to do.
+reward (the run's `env.reward`) is computed here, so verl's reward workers have nothing to do.
 
 It is registered under `AGENT_NAME` when this module is imported; verl imports it in every process through the
 `verl.plugins` entry point that this package installs (see pyproject.toml).
@@ -47,7 +47,7 @@ def golden_answers(reward_model: Any) -> tuple[str, ...]:
 
 @register(AGENT_NAME)
 class SearchR1AgentLoop(AgentLoopBase):
-    """`<search>` → retrieval → `<information>` until `<answer>` or the turn limit; reward = exact match."""
+    """`<search>` → retrieval → `<information>` until `<answer>` or the turn limit; reward = the run's `env.reward`."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -58,6 +58,9 @@ class SearchR1AgentLoop(AgentLoopBase):
             max_obs_tokens=int(multi_turn.max_tool_response_length),
             response_length=int(self.rollout_config.response_length),
             top_k=int(inspo.top_k),
+            reward=str(inspo.get("reward", "em")),
+            format_score=float(inspo.get("format_score", 0.2)),
+            retrieval_score=float(inspo.get("retrieval_score", 0.1)),
         )
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.retriever = remote_retriever(str(inspo.retriever_url))
@@ -133,7 +136,7 @@ class SearchR1AgentLoop(AgentLoopBase):
             response_ids=episode.response_ids,
             response_mask=episode.response_mask,
             response_logprobs=logprobs,
-            reward_score=episode.reward,
+            reward_score=episode.reward(text),
             num_turns=2 * episode.turns,
             metrics=AgentLoopMetrics(**metrics),
             extra_fields={**episode.summary(text), "turn_scores": [], "tool_rewards": []},

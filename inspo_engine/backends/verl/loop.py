@@ -25,6 +25,7 @@ import numpy as np
 from ...backends.base import PolicyBackend
 from ...coevolution import CoEvolution, Phase, RunResult
 from ...config import RunConfig
+from ...env.protocol import Placement, chat_messages
 from ...events import EvalCompleted, EventSink, RunStarted
 from ...optimizers.base import OptimizerClient
 from ...population import Instruction
@@ -57,10 +58,13 @@ def question_of(extra_info: Mapping[str, Any]) -> Question:
     )
 
 
-def with_system_message(messages: Sequence[Mapping[str, Any]], instruction: str) -> list[dict[str, Any]]:
-    """The chat with `instruction` as its system message (replacing one the row already had)."""
-    rest = [dict(m) for m in messages if m.get("role") != "system"]
-    return [{"role": "system", "content": instruction}, *rest]
+def with_instruction(
+    messages: Sequence[Mapping[str, Any]], instruction: str, placement: Placement = "user"
+) -> list[dict[str, Any]]:
+    """The row's chat (its question in the last user message; a system message it had is dropped) rebuilt around
+    `instruction` as `chat_messages` places it, so verl sees the same prompt as the torch backend."""
+    question = next(str(m["content"]) for m in reversed(messages) if m.get("role") == "user")
+    return [dict(m) for m in chat_messages(instruction, question, placement)]
 
 
 VERL_METRICS = {
@@ -163,11 +167,10 @@ class VerlLoop(CoEvolution):
         self._inject(fields, [best] * len(fields["raw_prompt"]))
         return best
 
-    @staticmethod
-    def _inject(fields: Fields, chosen: Sequence[Instruction]) -> None:
-        prompts = fields["raw_prompt"]
+    def _inject(self, fields: Fields, chosen: Sequence[Instruction]) -> None:
+        prompts, placement = fields["raw_prompt"], self.config.env.instruction_placement
         fields["raw_prompt"] = object_array(
-            [with_system_message(list(p), ins.text) for p, ins in zip(prompts, chosen, strict=True)]
+            [with_instruction(list(p), ins.text, placement) for p, ins in zip(prompts, chosen, strict=True)]
         )
         fields[INSTRUCTION_ID] = object_array([ins.id for ins in chosen])
 

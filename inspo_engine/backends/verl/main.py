@@ -57,7 +57,13 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         assert loop is not None
         return loop.progress.step
 
-    policy = VerlPolicy(trainer, verl_dir=out_dir / VERL_DIR, merge=merge_fsdp_checkpoint, step=step)
+    policy = VerlPolicy(
+        trainer,
+        verl_dir=out_dir / VERL_DIR,
+        merge=merge_fsdp_checkpoint,
+        step=step,
+        placement=run_config.env.instruction_placement,
+    )
     questions = [question_of(info) for info in train_dataset.dataframe["extra_info"]]
     cache_dir = Path(os.environ.get("INSPO_CACHE_DIR", "cache"))
     loop = VerlLoop(

@@ -135,6 +135,9 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("trainer.resume_mode", "disable"),
         ("+inspo.max_turn_tokens", min(env.max_turn_tokens, config.backend.max_new_tokens)),
         ("+inspo.top_k", env.top_k),
+        ("+inspo.reward", env.reward),
+        ("+inspo.format_score", env.format_score),
+        ("+inspo.retrieval_score", env.retrieval_score),
     ]
     if paths is not None:
         pairs += [

@@ -28,9 +28,10 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 
 from ...backends.base import POLICY_DIR, UpdateResult
+from ...env.protocol import Placement
 from ...events import RunFailed
 from ...types import Question, RolloutRequest, Trajectory
-from .loop import Fields, VerlLoop, data_source_counts, object_array, with_system_message
+from .loop import Fields, VerlLoop, data_source_counts, object_array, with_instruction
 from .overrides import AGENT_NAME
 
 VERIFY_SOURCE = "inspo_verify"
@@ -44,13 +45,13 @@ class RunStopped(Exception):
     """A stop was requested (cancel or time limit): the trainer saved a checkpoint and ends the run."""
 
 
-def score_rows(instruction: str, questions: Sequence[Question]) -> DataProto:
-    """One row per question, shaped like the launcher's dataset rows, with `instruction` as the system message."""
+def score_rows(instruction: str, questions: Sequence[Question], placement: Placement = "user") -> DataProto:
+    """One row per question, shaped like the launcher's dataset rows, with `instruction` placed in its chat."""
     n = len(questions)
     rows: dict[str, Any] = {
         "dummy_tensor": torch.zeros((n, 1), dtype=torch.uint8),
         "raw_prompt": object_array(
-            [with_system_message([{"role": "user", "content": q.text}], instruction) for q in questions]
+            [with_instruction([{"role": "user", "content": q.text}], instruction, placement) for q in questions]
         ),
         "reward_model": object_array(
             [{"style": "rule", "ground_truth": {"target": list(q.golden_answers)}} for q in questions]
@@ -76,21 +77,37 @@ class VerlPolicy:
 
     name = "verl"
 
-    def __init__(self, trainer: Any, *, verl_dir: Path, merge: Merge, step: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        trainer: Any,
+        *,
+        verl_dir: Path,
+        merge: Merge,
+        step: Callable[[], int],
+        placement: Placement = "user",
+    ) -> None:
         self.trainer = trainer
         self.verl_dir = verl_dir
         self.merge = merge
         self.step = step
+        self.placement: Placement = placement
 
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        return self._generate(instruction, questions, "inspo_reward")
+
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
+        return self._generate(instruction, questions, "inspo_em")
+
+    def _generate(self, instruction: str, questions: Sequence[Question], field: str) -> list[float]:
+        """One greedy rollout per question through the rollout replicas; returns each one's `field`."""
         if not questions:
             return []
-        batch = score_rows(instruction, questions)
+        batch = score_rows(instruction, questions, self.placement)
         batch.meta_info = {"validate": True, "global_steps": self.step(), "recompute_log_prob": False}
         workers = int(self.trainer.config.actor_rollout_ref.rollout.agent.num_workers)
         padded, pad = pad_dataproto_to_divisor(batch, workers)
         output = unpad_dataproto(self.trainer.async_rollout_manager.generate_sequences(padded), pad_size=pad)
-        return [float(r) for r in output.non_tensor_batch["inspo_reward"]]
+        return [float(r) for r in output.non_tensor_batch[field]]
 
     def save(self, directory: Path) -> None:
         actor = self.verl_dir / f"global_step_{self.step()}" / "actor"

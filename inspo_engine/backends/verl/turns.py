@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...env.protocol import INVALID_ACTION_NOTE, Passage, observation, parse_action
-from ...env.rewards import exact_match
+from ...env.protocol import INVALID_ACTION_NOTE, Passage, most_turns, observation, parse_action, rollout_over
+from ...env.rewards import REWARDS, exact_match
 
 CLOSING = "</information>\n\n"
 """Kept at the end of an observation cut to max_obs_tokens, so the model still sees the block close."""
@@ -32,7 +32,7 @@ class TurnLimits:
     """The protocol's limits (INSPO.md: 4 turns for 3B, 6 for 7B; 500 tokens per turn and per observation)."""
 
     max_turns: int
-    """Model turns per rollout."""
+    """Turns that may search (Search-R1's count); one more, final turn may only answer."""
     max_turn_tokens: int
     """Tokens the server may generate in one turn."""
     max_obs_tokens: int
@@ -41,15 +41,21 @@ class TurnLimits:
     """All response tokens (turns and observations) must fit here: verl pads every response to this length."""
     top_k: int = 3
     """Passages per search."""
+    reward: str = "em"
+    """The training reward's name in `rewards.REWARDS` (the run's `env.reward`)."""
+    format_score: float = 0.2
+    """em_format's partial credit for a well-formed trajectory."""
+    retrieval_score: float = 0.1
+    """em_format's bonus when a retrieved passage held a gold answer."""
 
 
 def response_length_for(max_turns: int, max_turn_tokens: int, max_obs_tokens: int) -> int:
     """The response budget that lets every turn and every observation reach its own limit.
 
     >>> response_length_for(4, 500, 500)
-    3500
+    4500
     """
-    return max_turns * max_turn_tokens + (max_turns - 1) * max_obs_tokens
+    return most_turns(max_turns) * max_turn_tokens + max_turns * max_obs_tokens
 
 
 @dataclass
@@ -83,7 +89,7 @@ class Episode:
         self.response_logprobs += list(logprobs) if logprobs is not None else [0.0] * len(ids)
         self.turns += 1
         action = parse_action(text)
-        if action.kind == "answer" or self.turns >= self.limits.max_turns:
+        if rollout_over(action, self.turns, self.limits.max_turns):
             self.answer = action.content if action.kind == "answer" else None
             self.done = True
             return None
@@ -108,15 +114,23 @@ class Episode:
         self.done = True
         self.error = f"response budget of {self.limits.response_length} tokens spent after {self.turns} turns"
 
-    @property
-    def reward(self) -> float:
-        """Exact match of the final answer (0 without one)."""
-        return exact_match(self.answer, self.golden_answers)
+    def reward(self, response_text: str) -> float:
+        """The run's training reward of this rollout (exact match of the final answer under `em`)."""
+        limits = self.limits
+        (value,) = REWARDS[limits.reward](
+            [response_text],
+            golden_answers=[self.golden_answers],
+            answers=[self.answer],
+            format_score=limits.format_score,
+            retrieval_score=limits.retrieval_score,
+        )
+        return value
 
     def summary(self, response_text: str) -> dict[str, Any]:
         """What the trainer reads back per trajectory (verl carries it in `extra_fields`)."""
         return {
-            "inspo_reward": self.reward,
+            "inspo_reward": self.reward(response_text),
+            "inspo_em": exact_match(self.answer, self.golden_answers),
             "inspo_answer": self.answer,
             "inspo_tool_calls": self.tool_calls,
             "inspo_turns": self.turns,

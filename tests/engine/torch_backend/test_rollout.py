@@ -99,7 +99,8 @@ class ProtocolRun:
 
 @pytest.fixture(scope="module")
 def run(smollm2) -> ProtocolRun:
-    """One greedy batch of seven rows that between them hit every branch of the protocol."""
+    """One greedy batch of seven rows that between them hit every branch of the protocol (max_turns = 1: one turn
+    that may search, then the final turn)."""
     model, tokenizer = smollm2
     turns = {
         "search_peru": "<think>I should look it up.</think><search> capital of Peru </search>",
@@ -113,7 +114,7 @@ def run(smollm2) -> ProtocolRun:
     scripts = {
         0: ids["search_peru"] + ids["answer_lima"],  # search, then answer
         1: ids["search_long"],  # search with an observation that gets cut; the model writes turn 2
-        2: ids["search_author"] + ids["search_date"],  # searches until the turn limit
+        2: ids["search_author"] + ids["search_date"],  # searches again in the final turn, which may only answer
         3: encode(tokenizer, RAMBLE)[:30],  # no action: cut at the turn budget, then the note
         # 4: the model alone
         5: ids["answer_4"],  # answers at once and leaves the batch early
@@ -121,7 +122,7 @@ def run(smollm2) -> ProtocolRun:
     }
     assert len(scripts[3]) == 30
     retriever = EchoRetriever()
-    engine = ScriptedEngine(model, tokenizer, retriever, settings(), device=CPU, scripts=scripts)
+    engine = ScriptedEngine(model, tokenizer, retriever, settings(max_turns=1), device=CPU, scripts=scripts)
     items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET, SEINE, HAMLET, SUM, PERU)]
     sizes: list[int] = []
     hook = model.register_forward_pre_hook(
@@ -175,7 +176,7 @@ def test_a_long_observation_is_cut_to_max_obs_tokens_and_keeps_its_closing_tag(r
     assert sample.tool_calls == 1
 
 
-def test_the_turn_that_reaches_max_turns_ends_the_rollout_without_running_its_search(run, smollm2):
+def test_the_final_turn_after_max_turns_searching_turns_ends_the_rollout_without_running_its_search(run, smollm2):
     _, tokenizer = smollm2
     sample = run.samples[2]
     first, second = (
@@ -284,7 +285,7 @@ def test_generation_gives_the_model_its_attention_and_training_mode_back(run, sm
 
 def test_the_same_generator_seed_gives_the_same_rollouts(smollm2):
     model, tokenizer = smollm2
-    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(max_turns=1, max_turn_tokens=6), device=CPU)
+    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(max_turns=0, max_turn_tokens=6), device=CPU)
     items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET)]
 
     def ids(seed: int) -> list[list[int]]:
@@ -301,7 +302,7 @@ def test_a_prompt_over_max_prompt_length_gives_an_error_sample_and_the_others_st
     probe = RolloutEngine(model, tokenizer, EchoRetriever(), settings(), device=CPU)
     short, long = (len(probe.prompt_ids(SEED_INSTRUCTION, q)) for q in (SUM, SEINE))
     engine = RolloutEngine(
-        model, tokenizer, EchoRetriever(), settings(max_prompt_length=short, max_turns=1, max_turn_tokens=3), device=CPU
+        model, tokenizer, EchoRetriever(), settings(max_prompt_length=short, max_turns=0, max_turn_tokens=3), device=CPU
     )
     bad, good = engine.generate([(SEED_INSTRUCTION, SEINE), (SEED_INSTRUCTION, SUM)], greedy=True)
     assert short < long

@@ -128,10 +128,12 @@ def test_the_instruction_is_the_system_message_of_the_prompt(retrieval_server, t
     assert INSTRUCTION in tokenizer.decode(out.prompt_ids) and out.response_mask == [1] * len(out.response_ids)
 
 
-def test_the_last_allowed_turn_ends_the_rollout_whatever_it_asked(retrieval_server, tiny_model, tokenizer) -> None:
+def test_the_final_turn_after_max_turns_ends_the_rollout_whatever_it_asked(
+    retrieval_server, tiny_model, tokenizer
+) -> None:
     url, retriever = retrieval_server
     server = TinyModelServer(tiny_model, tokenizer, ["<search> one </search>", "<search> two </search>", "x"])
-    out = run(make_loop(loop_config(url, max_turns=2), server, tokenizer))
+    out = run(make_loop(loop_config(url, max_turns=1), server, tokenizer))
     assert len(server.calls) == 2 and retriever.queries == ["one"]
     assert out.reward_score == 0.0 and out.extra_fields["inspo_answer"] is None
     assert out.response_mask[-len(server.outputs[-1]) :] == [1] * len(server.outputs[-1])  # nothing after the last turn

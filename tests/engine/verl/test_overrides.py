@@ -36,7 +36,7 @@ def test_the_paper_numbers_reach_verl(paper) -> None:
     assert paper.data.max_prompt_length == 4096 and rollout.prompt_length == 4096
     assert rollout.multi_turn.max_assistant_turns == 4 and rollout.multi_turn.max_tool_response_length == 500
     assert paper.inspo.max_turn_tokens == 500 and paper.inspo.top_k == 3
-    assert rollout.response_length == 4 * 500 + 3 * 500
+    assert rollout.response_length == 5 * 500 + 4 * 500  # 4 searching turns + the final one, 4 observations
     assert rollout.temperature == 1.0 and rollout.top_p == 1.0 and rollout.name == "vllm"
     assert paper.trainer.total_training_steps == 300 and paper.trainer.test_freq == 100
     assert paper.trainer.use_v1 is False and rollout.agent.default_agent_loop == "inspo_search_r1"
@@ -48,7 +48,7 @@ def test_the_7b_policy_gets_its_learning_rate_and_six_turns() -> None:
     assert config.actor_rollout_ref.actor.optim.lr == 3e-7
     assert config.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 6
     assert config.actor_rollout_ref.model.path == "Qwen/Qwen2.5-7B"
-    assert config.data.max_response_length == 6 * 500 + 5 * 500
+    assert config.data.max_response_length == 7 * 500 + 6 * 500
 
 
 def test_every_plain_key_exists_in_verls_yaml() -> None:

@@ -26,6 +26,7 @@ from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
 from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, VerlPolicy  # noqa: E402
 from inspo_engine.build import make_optimizer  # noqa: E402
 from inspo_engine.config import RunConfig, preset  # noqa: E402
+from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.events import (  # noqa: E402
     CheckpointSaved,
     EvalCompleted,
@@ -72,10 +73,20 @@ class FakeRolloutManager:
 
     def generate_sequences(self, batch: DataProto) -> DataProto:
         self.batches.append(batch)
-        rewards = [min(1.0, p[0]["content"].count("search") / 4) for p in batch.non_tensor_batch["raw_prompt"]]
+        rewards = [min(1.0, instruction_of(p).count("search") / 4) for p in batch.non_tensor_batch["raw_prompt"]]
         return DataProto.from_single_dict(
-            {"responses": torch.zeros((len(batch), 1), dtype=torch.long), "inspo_reward": object_array(rewards)}
+            {
+                "responses": torch.zeros((len(batch), 1), dtype=torch.long),
+                "inspo_reward": object_array(rewards),
+                "inspo_em": object_array([float(r == 1.0) for r in rewards]),
+            }
         )
+
+
+def instruction_of(prompt: list[dict[str, str]]) -> str:
+    """The instruction in a chat built by `chat_messages` (either placement)."""
+    first = prompt[0]["content"]
+    return first if prompt[0]["role"] == "system" else first.split("\nQuestion: ")[0]
 
 
 class Harness:
@@ -141,7 +152,7 @@ class Harness:
         return rolled
 
 
-def test_each_question_gets_one_sampled_instruction_as_its_system_message(tmp_path: Path) -> None:
+def test_each_question_gets_one_sampled_instruction_placed_before_it_in_the_user_turn(tmp_path: Path) -> None:
     h = Harness(paper_like(), tmp_path)
     h.loop.start()
     trainer = object.__new__(InspoRayPPOTrainer)
@@ -153,9 +164,10 @@ def test_each_question_gets_one_sampled_instruction_as_its_system_message(tmp_pa
     members = {m.id: m.text for m in h.loop.population.members}
     assert len(members) == 7  # seed + 6 paraphrases from the optimizer
     ids = list(gen.non_tensor_batch[INSTRUCTION_ID])
-    for prompt, instruction_id in zip(gen.non_tensor_batch["raw_prompt"], ids, strict=True):
-        assert prompt[0] == {"role": "system", "content": members[instruction_id]}
-        assert prompt[1]["role"] == "user" and len(prompt) == 2
+    questions_asked = [info["question"] for info in gen.non_tensor_batch["extra_info"]]
+    for prompt, instruction_id, question in zip(gen.non_tensor_batch["raw_prompt"], ids, questions_asked, strict=True):
+        assert prompt == chat_messages(members[instruction_id], question, "user")
+        assert prompt[0]["content"].startswith(members[instruction_id] + "\nQuestion: ")
     assert set(batch.non_tensor_batch) >= {"uid", "extra_info", "data_source"}  # kept for the reward and the update
     rolled = gen.repeat(repeat_times=G, interleave=True)
     assert list(rolled.non_tensor_batch[INSTRUCTION_ID]) == [i for i in ids for _ in range(G)]
@@ -245,7 +257,7 @@ def test_validation_metrics_become_evaluations_of_the_best_instruction(tmp_path:
     h.loop.start()
     fields = h.batch(1).non_tensor_batch
     best = h.loop.inject_best(fields)
-    assert {p[0]["content"] for p in fields["raw_prompt"]} == {best.text}
+    assert {instruction_of(p) for p in fields["raw_prompt"]} == {best.text}
     metrics = {"val-core/nq/reward/mean@1": 0.42, "val-core/hotpotqa/reward/mean@1": 0.3, "val-aux/x": 1.0}
     h.loop.evaluated(100, metrics, {"nq": 50, "hotpotqa": 20}, best.id)
     evals = {e.benchmark: e for e in h.sink.of(EvalCompleted)}
@@ -269,12 +281,27 @@ def test_modes_that_freeze_the_policy_are_refused(mode: str, tmp_path: Path) -> 
         Harness(paper_like(mode=mode), tmp_path)
 
 
-def test_verification_scores_each_question_greedily_with_the_candidate_as_system_message(tmp_path: Path) -> None:
+def test_verification_scores_each_question_greedily_with_the_candidate_as_its_instruction(tmp_path: Path) -> None:
     h = Harness(paper_like(), tmp_path)
     h.loop.start()
     scores = h.policy.score("search search search search", questions(5))
     assert scores == [1.0] * 5
     batch = h.manager.batches[-1]
     assert len(batch) == 8  # padded to the 4 agent-loop workers, then unpadded
-    assert batch.non_tensor_batch["raw_prompt"][0][0]["content"] == "search search search search"
+    assert instruction_of(batch.non_tensor_batch["raw_prompt"][0]) == "search search search search"
     assert batch.non_tensor_batch["reward_model"][1]["ground_truth"]["target"] == ["answer 1"]
+    assert h.policy.evaluate("search search search search", questions(5)) == [1.0] * 5
+
+
+def test_system_placement_puts_the_instruction_in_the_system_message(tmp_path: Path) -> None:
+    h = Harness(paper_like(**{"env.instruction_placement": "system"}), tmp_path)
+    h.policy.placement = "system"
+    h.loop.start()
+    fields = h.batch(1).non_tensor_batch
+    h.loop.begin_step(1, fields)
+    members = {m.id: m.text for m in h.loop.population.members}
+    for prompt, instruction_id in zip(fields["raw_prompt"], fields[INSTRUCTION_ID], strict=True):
+        assert prompt[0] == {"role": "system", "content": members[instruction_id]}
+        assert prompt[1]["role"] == "user" and not prompt[1]["content"].startswith(members[instruction_id])
+    h.policy.score("search", questions(2))
+    assert h.manager.batches[-1].non_tensor_batch["raw_prompt"][0][0] == {"role": "system", "content": "search"}
