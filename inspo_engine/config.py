@@ -598,20 +598,33 @@ def _paper() -> dict[str, Any]:
     }
 
 
+CPU_DEMO_EXAMPLE = (
+    "For example, to the question 'What is the capital of Kenya?' reply: <think> I need the capital of Kenya. "
+    "</think> <search> capital of Kenya </search> and, once the passages arrive in <information> and "
+    "</information>: <think> The passage says Nairobi. </think> <answer> Nairobi </answer>"
+)
+"""The cpu-demo's hand-written second instruction: the seed plus one worked example of the protocol."""
+
+
 def _cpu_demo() -> dict[str, Any]:
-    """A run that visibly learns in under half an hour on two CPU cores: SmolLM2-135M, the format-aware reward, one
-    search turn then the answer turn, LoRA at a high rate, two evolutions by the offline `rules` optimizer."""
+    """A run that visibly learns in about half an hour on two CPU cores: SmolLM2-135M, the format-aware reward,
+    one searching turn then the answer turn, short turns, a population seeded with a worked example, two
+    evolutions by the offline `rules` optimizer, and the final evaluation on the built-in test split."""
     return {
         "grpo": {
             "total_steps": 30,
-            "group_size": 8,
+            "group_size": 6,
             "batch_size": 4,
             "mini_batch_size": 4,
-            "micro_batch_size": 2,
+            "micro_batch_size": 4,
             "lr": 1e-5,
-            "sampling_temperature": 0.8,
+            "sampling_temperature": 0.7,
         },
-        "population": {"population_size": 4, "prune_every": 5},
+        "population": {
+            "population_size": 4,
+            "prune_every": 5,
+            "initial_instructions": [f"{SEED_INSTRUCTION} {CPU_DEMO_EXAMPLE}"],
+        },
         "evolution": {
             "evolve_every": 10,
             "evolve_until": 20,
@@ -621,12 +634,12 @@ def _cpu_demo() -> dict[str, Any]:
         },
         "env": {
             "max_turns": 1,
-            "max_turn_tokens": 48,
-            "max_obs_tokens": 96,
+            "max_turn_tokens": 40,
+            "max_obs_tokens": 80,
             "max_prompt_length": 1024,
             "reward": "em_format",
         },
-        "backend": {"device": "cpu", "max_new_tokens": 48},
+        "backend": {"device": "cpu", "max_new_tokens": 40},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 0},
         "checkpoint": {"checkpoint_every": 10, "keep_last": 1},
@@ -645,7 +658,7 @@ def _smoke() -> dict[str, Any]:
         },
         "population": {"population_size": 3, "prune_every": 2},
         "evolution": {"evolve_every": 2, "evolve_until": 2, "n_candidates": 2, "n_failures": 2, "verify_samples": 2},
-        "env": {"max_turns": 2, "max_turn_tokens": 24, "max_obs_tokens": 64, "max_prompt_length": 512},
+        "env": {"max_turns": 1, "max_turn_tokens": 24, "max_obs_tokens": 64, "max_prompt_length": 512},
         "backend": {"device": "cpu", "max_new_tokens": 24},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 4},

@@ -77,6 +77,8 @@ def test_the_smoke_preset_prunes_evolves_verifies_and_checkpoints(smoke_run):
     assert (checkpoints[-1] / "inspo_state.json").exists()
     assert "finished at step 4" in done.stdout
     assert "step" in done.stderr  # the progress bar
+    for picture in ("fig2.png", "population.png"):  # drawn when the run ends
+        assert (out / picture).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.mark.slow
@@ -86,6 +88,29 @@ def test_eval_prints_em_and_f1_per_benchmark(smoke_run):
     done = cli("eval", "--checkpoint", str(checkpoint), "--dataset", "builtin", "--limit", "2", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "| builtin | 2 |" in done.stdout
+
+
+@pytest.mark.slow
+def test_eval_untrained_scores_the_presets_own_model_with_its_seed_instruction_and_keeps_every_answer(tmp_path):
+    answers = tmp_path / "answers.json"
+    args = ("eval", "--untrained", "--preset", "smoke", "--dataset", "builtin", "--limit", "2", "--json", str(answers))
+    done = cli(*args, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| builtin | 2 |" in done.stdout and "answered" in done.stdout
+    saved = json.loads(answers.read_text())
+    assert saved["instruction"].startswith("Answer the question below.")
+    assert len(saved["answers"]["builtin"]) == 2
+    assert {"em", "f1", "answered", "format", "response", "question"} <= set(saved["answers"]["builtin"][0])
+
+
+def test_eval_needs_a_checkpoint_or_untrained():
+    done = cli("eval", "--dataset", "builtin")
+    assert done.returncode == 2 and "--checkpoint" in done.stderr
+
+
+def test_plot_refuses_a_directory_without_events(tmp_path):
+    done = cli("plot", str(tmp_path))
+    assert done.returncode == 2 and "no events.jsonl" in done.stderr
 
 
 @pytest.mark.slow

@@ -307,3 +307,16 @@ def test_no_prompt_contains_a_numbered_tag_beyond_those_it_asks_for() -> None:
     for prompt in _all_prompts(2).values():
         numbers = {int(m) for m in re.findall(r"<ins_(\d+)>", prompt)}
         assert numbers <= {0, 1, 2}
+
+
+@pytest.mark.parametrize("kind", ["reflection", "paraphrase", "history"])
+def test_the_prompt_says_truthfully_where_the_agent_reads_its_instruction(kind: str) -> None:
+    parent = "Think in <think> </think>, search with <search> </search>, answer in <answer> </answer>."
+    shown = {
+        "history": [ScoredInstruction(parent, 40.0)],
+        "failures": [FailureExample("Capital of Peru?", "It is Quito.", ("Lima",), 0.0)],
+    }
+    user = build_prompt(kind, parent=parent, n=2, **shown, placement="user")  # type: ignore[arg-type]
+    system = build_prompt(kind, parent=parent, n=2, **shown, placement="system")  # type: ignore[arg-type]
+    assert "start of its user message, right before the question" in user and "system message" not in user
+    assert "are the system message" in system and "right before the question" not in system

@@ -11,6 +11,7 @@ import itertools
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import torch
@@ -76,7 +77,7 @@ class ScriptedEngine(RolloutEngine):
         return tokens
 
 
-def settings(**overrides: int) -> RolloutSettings:
+def settings(**overrides: Any) -> RolloutSettings:
     values = {"max_turns": 2, "max_turn_tokens": 24, "max_obs_tokens": OBS_LIMIT, "max_prompt_length": 1024, "top_k": 2}
     values.update(overrides)
     return RolloutSettings(**values)
@@ -345,3 +346,29 @@ def test_settings_take_the_smaller_turn_budget_from_the_config():
     env = EnvConfig(max_turns=3, max_turn_tokens=96, max_obs_tokens=160, max_prompt_length=1024, top_k=3)
     got = RolloutSettings.from_config(env, temperature=0.7, top_p=0.9, max_new_tokens=64)
     assert got == RolloutSettings(3, 64, 160, 1024, 3, 0.7, 0.9)
+
+
+# -- where the instruction goes ----------------------------------------------------------------------------------
+
+
+def test_by_default_the_instruction_opens_the_user_turn_right_before_the_question(smollm2):
+    model, tokenizer = smollm2
+    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(), device=CPU)
+    text = tokenizer.decode(engine.prompt_ids("Use the tags.", PERU))
+    assert "system" not in text.split("Use the tags.")[0].split("<|im_start|>")[-1]
+    assert f"<|im_start|>user\nUse the tags.\nQuestion: {PERU.text}\n" in text
+    assert text.endswith("<|im_start|>assistant\n")
+
+
+def test_system_placement_puts_the_instruction_in_the_system_message_and_the_question_alone(smollm2):
+    model, tokenizer = smollm2
+    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(placement="system"), device=CPU)
+    text = tokenizer.decode(engine.prompt_ids("Use the tags.", PERU))
+    assert "<|im_start|>system\nUse the tags.<|im_end|>" in text
+    assert f"<|im_start|>user\n{PERU.text}<|im_end|>" in text
+
+
+def test_the_placement_comes_from_the_run_config():
+    env = EnvConfig(instruction_placement="system")
+    assert RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8).placement == "system"
+    assert RolloutSettings.from_config(EnvConfig(), temperature=1.0, top_p=1.0, max_new_tokens=8).placement == "user"

@@ -1,0 +1,72 @@
+"""The training rewards: the paper's exact match and the format-aware em_format, as pure functions."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from inspo_engine.config import RunConfig
+from inspo_engine.env.rewards import REWARDS, em_format_reward, em_reward, retrieved_gold
+
+GOLD = [["Lima"]]
+SEARCHED = (
+    "<think>find it</think><search> Peru capital </search><information>Doc 1(Title: Peru) Lima is the capital."
+    "</information>"
+)
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "score"),
+    [
+        ("<think>known</think><answer> Lima </answer>", "Lima", 1.0),  # correct and well-formed
+        ("Lima, I think. <answer> Lima </answer> done", "Lima", 0.8),  # correct, malformed: 1 - format_score
+        ("<think>known</think><answer> Quito </answer>", "Quito", 0.2),  # wrong, well-formed: format_score
+        (SEARCHED + "<think>hm</think><answer> Quito </answer>", "Quito", 0.3),  # + retrieval_score: gold in view
+        ("no tags <answer> Quito </answer> trailing", "Quito", 0.1),  # malformed but answered: format_score / 2
+        ("The capital of Peru is Lima.", None, 0.0),  # prose: nothing
+    ],
+)
+def test_em_format_scores_each_case_of_the_search_r1_family(response, answer, score):
+    assert em_format_reward([response], golden_answers=GOLD, answers=[answer]) == [pytest.approx(score)]
+
+
+def test_em_format_scores_scale_with_the_configured_weights():
+    wrong = "<think>x</think><answer> Quito </answer>"
+    assert em_format_reward([wrong], golden_answers=GOLD, format_score=0.1) == [pytest.approx(0.1)]
+    assert em_format_reward([SEARCHED + wrong], golden_answers=GOLD, format_score=0.1, retrieval_score=0.05) == [
+        pytest.approx(0.15)
+    ]
+
+
+def test_the_answer_the_rollout_took_wins_over_text_that_only_looks_like_one():
+    """The invalid-action note or a passage can contain answer-like text; the rollout's own final answer counts."""
+    response = "<think>x</think><answer> Quito </answer>"
+    assert em_reward([response], golden_answers=GOLD, answers=["Lima"]) == [1.0]
+    assert em_reward([response], golden_answers=GOLD) == [0.0]
+
+
+def test_retrieval_credit_needs_the_gold_answer_inside_a_passage_not_in_the_models_own_text():
+    assert retrieved_gold(SEARCHED, ["Lima"])
+    assert not retrieved_gold("<think>Lima</think><answer>Lima</answer>", ["Lima"])
+    assert not retrieved_gold("<information>Limassol is in Cyprus.</information>", ["Lima"])
+
+
+@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=20)))
+def test_em_format_is_bounded_and_a_correct_answer_always_beats_a_wrong_one(response, answer):
+    (score,) = em_format_reward([response], golden_answers=GOLD, answers=[answer])
+    assert 0.0 <= score <= 1.0
+    (right,) = em_format_reward([response], golden_answers=GOLD, answers=["Lima"])
+    (wrong,) = em_format_reward([response], golden_answers=GOLD, answers=["Quito"])
+    assert right > wrong
+
+
+def test_the_paper_preset_keeps_pure_exact_match_and_the_cpu_demo_uses_em_format():
+    from inspo_engine.config import preset
+
+    assert RunConfig().env.reward == "em" and preset("paper").env.reward == "em"
+    assert preset("cpu-demo").env.reward == "em_format"
+    assert set(REWARDS) == {"em", "em_format"}
+
+
+def test_reward_weights_are_bounded_in_the_config():
+    with pytest.raises(ValueError, match=r"env\.format_score"):
+        RunConfig.from_dict({"env": {"format_score": 0.9}})
