@@ -149,34 +149,46 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, list[A
 # -- a run trained for real by the engine, on a scripted policy ----------------------------------------------------
 
 GEMINI_GENERATE = "/v1beta/models/gemini-2.5-pro:generateContent"
+STUB_ENDPOINT = "stub-gemini"
+"""The operator's optimizer endpoint the tests declare: the stub below, with the server's key 'test-key'."""
+
+
+def declare_endpoint(settings: Any, name: str, **endpoint: Any) -> None:
+    """Add a named optimizer endpoint to the operator's settings, as settings.py builds them."""
+    entry = {"provider": "gemini", "base_url": None, "key_env": None, "models": [], "team_calls_per_day": None}
+    settings.INSPO_OPTIMIZER_ENDPOINTS = {**settings.INSPO_OPTIMIZER_ENDPOINTS, name: {**entry, **endpoint}}
 
 
 @pytest.fixture
-def gemini_url(httpserver: Any) -> str:
-    """A local server answering Gemini's generateContent like a reflective optimizer (the engine tests' stub)."""
+def gemini_url(httpserver: Any, settings: Any) -> str:
+    """A local server answering Gemini's generateContent like a reflective optimizer (the engine tests' stub),
+    declared as the endpoint STUB_ENDPOINT."""
     from tests.engine.fakes import gemini_handler
 
     httpserver.expect_request(GEMINI_GENERATE, method="POST").respond_with_handler(gemini_handler)
-    return str(httpserver.url_for("/"))
+    url = str(httpserver.url_for("/"))
+    declare_endpoint(settings, STUB_ENDPOINT, base_url=url, api_key="test-key")
+    return url
 
 
 @pytest.fixture
 def worker_settings(settings: Any, tmp_path: Any) -> Any:
     settings.INSPO_RUNS_DIR = tmp_path / "runs"
-    settings.GEMINI_API_KEY = "test-key"
+    settings.INSPO_DATA_DIR = tmp_path / "data"
     settings.INSPO_HEARTBEAT_S = 1
     return settings
 
 
-def scripted_config(gemini_url: str, **overrides: Any) -> Any:
-    """The smoke preset with a Gemini-format optimizer: 6 steps, evolution after step 2, checkpoints every 2."""
+def scripted_config(**overrides: Any) -> Any:
+    """The smoke preset with a Gemini-format optimizer (the STUB_ENDPOINT of the `gemini_url` fixture): 6 steps,
+    evolution after step 2, checkpoints every 2."""
     from inspo_engine.config import preset
 
     return preset("smoke").with_overrides(
         {
             "optimizer.provider": "gemini",
             "optimizer.model": "gemini-2.5-pro",
-            "optimizer.base_url": gemini_url,
+            "optimizer.endpoint": STUB_ENDPOINT,
             "optimizer.max_retries": 0,
             "optimizer.timeout_s": 10,
             "total_steps": 6,
@@ -200,7 +212,7 @@ def scripted_run(alice: Any, alice_team: Any, gemini_url: str, worker_settings: 
     from webapp.runs.services import run_submit
     from workers.training import run_execute
 
-    run = run_submit(team=alice_team, user=alice, name="scripted", config=scripted_config(gemini_url))
+    run = run_submit(team=alice_team, user=alice, name="scripted", config=scripted_config())
     run_execute(run_id=run.pk, worker="cpu@tests", backend=ScriptedBackend(seed=5))
     run.refresh_from_db()
     return run

@@ -19,6 +19,8 @@ from inspo_engine.build import answer_scores, checkpoint_best, checkpoint_policy
 from inspo_engine.coevolution import POLICY_DIR
 from inspo_engine.config import RunConfig
 from inspo_engine.types import Question, Trajectory
+from webapp.runs.configs import benchmark_paths, config_confine
+from webapp.runs.endpoints import net_policy
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ AnswererFactory = Callable[[RunConfig, Path], Answerer]
 
 
 def torch_answerer(config: RunConfig, policy_dir: Path) -> Answerer:
-    return checkpoint_policy(config, policy_dir, Path(settings.INSPO_CACHE_DIR))
+    return checkpoint_policy(config, policy_dir, Path(settings.INSPO_CACHE_DIR), retriever_policy=net_policy())
 
 
 def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = None) -> str:
@@ -44,7 +46,7 @@ def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = No
     )
     if not claimed:
         return "skipped"
-    request = EvaluationRequest.objects.select_related("run", "checkpoint").get(pk=request_id)
+    request = EvaluationRequest.objects.select_related("run__team", "checkpoint").get(pk=request_id)
     try:
         rows = _evaluate(request, answerer or torch_answerer)
     except BaseException as error:
@@ -65,13 +67,15 @@ def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = No
 def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluation]:
     from inspo_engine.env.datasets import load_questions
 
-    config = RunConfig.from_dict(request.run.config)
+    team = request.run.team
+    config = config_confine(RunConfig.from_dict(request.run.config), team=team)
+    benchmarks = benchmark_paths(list(request.benchmarks), team=team)
     checkpoint_dir = Path(request.checkpoint.path)
     best = checkpoint_best(checkpoint_dir, config)
     instruction = Instruction.objects.filter(run=request.run, key=best.id).first()
     policy = make(config, checkpoint_dir / POLICY_DIR)
     rows: list[Evaluation] = []
-    for benchmark in request.benchmarks:
+    for benchmark in benchmarks:
         trajectories = policy.answer(best.text, load_questions(benchmark, "test", limit=request.limit))
         scores = answer_scores(trajectories)
         rows += [

@@ -22,7 +22,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inspo_engine import events as ev
-from webapp.runs.archives import ArchiveDigest, archive_digest, archive_files, policy_directory
+from webapp.runs.archives import ArchiveDigest, ArchiveRefused, archive_digest, archive_files, policy_directory
 from webapp.runs.models import (
     Candidate,
     Checkpoint,
@@ -36,6 +36,7 @@ from webapp.runs.models import (
     StepMetric,
     Trajectory,
 )
+from webapp.runs.selectors import run_directory
 
 log = logging.getLogger(__name__)
 
@@ -165,13 +166,17 @@ class DatabaseSink:
         self.last_flush = self.clock()
         self.flushes += 1
 
-    @staticmethod
-    def _digest(path: str) -> ArchiveDigest | None:
+    def _digest(self, path: str) -> ArchiveDigest | None:
         directory = policy_directory(path)
         if not directory.is_dir():
             log.warning("checkpoint %s has no %s directory; not hashed", path, directory.name)
             return None
-        return archive_digest(archive_files(directory, Path(path).name))
+        try:
+            files = archive_files(directory, Path(path).name, root=run_directory(run_id=self.run_id))
+        except ArchiveRefused as refused:
+            log.warning("checkpoint %s not hashed: %s", path, refused)
+            return None
+        return archive_digest(files)
 
     # -- one batch ---------------------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from django.utils import timezone
 
 from inspo_engine.backends.base import PolicyBackend
 from inspo_engine.config import RunConfig
+from webapp.runs.configs import config_confine
+from webapp.runs.endpoints import RunAccess, run_access
 from webapp.runs.models import (
     Candidate,
     Evaluation,
@@ -87,13 +89,12 @@ def heartbeat(run_id: UUID | str, interval_s: float) -> Iterator[None]:
         thread.join(timeout=interval_s + 5)
 
 
-def api_key_for(config: RunConfig) -> str | None:
-    provider = config.optimizer.provider
-    if provider == "gemini":
-        return settings.GEMINI_API_KEY
-    if provider == "openai":
-        return settings.OPENAI_API_KEY
-    return None
+def run_prepare(run: Run) -> RunAccess:
+    """The stored config checked again before anything connects or loads (settings and files may have changed
+    since submission): paths confined to the team's data, URLs on the allow-list, the one optimizer key it may
+    send. InvalidInput when the run may not go ahead."""
+    config = config_confine(RunConfig.from_dict(run.config), team=run.team)
+    return run_access(config=config, team=run.team)
 
 
 def run_out_dir(run: Run) -> Path:
@@ -116,7 +117,7 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     if not claimed:
         log.info("run %s: not queued any more; nothing to do", run_id)
         return "skipped"
-    run = Run.objects.select_related("resume_checkpoint").get(pk=run_id)
+    run = Run.objects.select_related("resume_checkpoint", "team").get(pk=run_id)
     stop = StopCheck(run.pk, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
     train = _train_verl if run.backend == "verl" and backend is None else _train
     try:
@@ -131,19 +132,21 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
 def _train(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
     from inspo_engine.build import build_run
 
-    config = RunConfig.from_dict(run.config)
+    access = run_prepare(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     sink = DatabaseSink(run.pk)
     loop = build_run(
-        config,
+        access.config,
         out_dir=run_out_dir(run),
         cache_dir=Path(settings.INSPO_CACHE_DIR),
         sink=sink,
-        api_key=api_key_for(config),
+        api_key=access.api_key,
         should_stop=stop,
         backend=backend,
+        retriever_policy=access.retriever_policy,
+        optimizer_policy=access.optimizer_policy,
     )
     if checkpoint is not None:
         loop.load_checkpoint(Path(checkpoint.path))
@@ -157,17 +160,19 @@ def _train_verl(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any
     """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink."""
     from .verl import verl_execute
 
+    access = run_prepare(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     sink = DatabaseSink(run.pk)
     try:
         return verl_execute(
-            RunConfig.from_dict(run.config),
+            access.config,
             run_out_dir(run),
             sink=sink,
             should_stop=stop,
             resume_step=checkpoint.step if checkpoint is not None else None,
+            api_key=access.api_key,
         )
     finally:
         sink.flush()

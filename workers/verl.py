@@ -102,18 +102,24 @@ def verl_execute(
     resume_step: int | None = None,
     poll_s: float | None = None,
     grace_s: float | None = None,
+    api_key: str | None = None,
 ) -> Outcome:
     """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
     checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
-    terminated. Raises VerlJobFailed when it ends without a RunFinished event."""
+    terminated. Raises VerlJobFailed when it ends without a RunFinished event.
+
+    The job starts with a minimal environment (`job_environment`): the optimizer's `api_key` if it needs one,
+    the GPU and Ray variables, INSPO_VERL_ENV_PASSTHROUGH; nothing else of the worker's (no database URL, no
+    Django secret, no other key)."""
     poll = float(settings.INSPO_VERL_POLL_S if poll_s is None else poll_s)
     grace = float(settings.INSPO_VERL_GRACE_S if grace_s is None else grace_s)
     cluster = Cluster(n_gpus_per_node=settings.INSPO_VERL_GPUS_PER_NODE, nnodes=settings.INSPO_VERL_NNODES)
     job = prepare(config, out_dir, cluster=cluster, resume_step=resume_step)
     tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
+    env = job_environment(api_key=api_key, extra=tuple(settings.INSPO_VERL_ENV_PASSTHROUGH))
     with (out_dir / LOG_FILE).open("ab") as output:
         process = subprocess.Popen(
-            job_command(job), stdout=output, stderr=subprocess.STDOUT, env=job_environment(), start_new_session=True
+            job_command(job), stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.info("verl job %s started for %s: %s", process.pid, out_dir, " ".join(job_command(job)))
         finished, killed = _follow(process, tail, job, sink, should_stop, poll, grace)

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def run(alice, alice_team, tmp_path):
-    """A failed run of alice's team with something in every table and a checkpoint on disk."""
+def run(alice, alice_team, tmp_path, settings):
+    """A failed run of alice's team with something in every table and a checkpoint on disk, in its run directory."""
+    settings.INSPO_RUNS_DIR = tmp_path
     run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FAILED)
     seed = InstructionFactory(run=run, key="ins-0000")
     InstructionFactory(run=run, key="ins-0001", parent=seed, origin="reflection", birth_step=2)
@@ -33,7 +34,7 @@ def run(alice, alice_team, tmp_path):
     PopulationMemberFactory(snapshot__run=run, instruction=seed)
     TrajectoryFactory(run=run, instruction=seed)
     EvaluationFactory(run=run, instruction=seed)
-    policy = tmp_path / "step-000002" / "policy"
+    policy = tmp_path / str(run.pk) / "checkpoints" / "step-000002" / "policy"
     policy.mkdir(parents=True)
     (policy / "config.json").write_text("{}")
     CheckpointFactory(run=run, step=2, path=str(policy.parent))

@@ -7,6 +7,7 @@ writes real engine events with the scripted policy, so the launcher, the tail, t
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -18,6 +19,8 @@ from tests.engine.verl._support import require_verl
 require_verl()
 
 from inspo_engine.config import preset  # noqa: E402
+from tests.conftest import STUB_ENDPOINT  # noqa: E402
+from webapp.core.errors import ServiceError  # noqa: E402
 from webapp.runs import services  # noqa: E402
 from webapp.runs.models import Checkpoint, Instruction, PopulationSnapshot, Run, StepMetric  # noqa: E402
 from workers import tasks  # noqa: E402
@@ -33,6 +36,13 @@ def _gpu_worker(worker_settings, settings, monkeypatch):
     settings.INSPO_VERL_COMMAND = FAKE_JOB
     settings.INSPO_VERL_POLL_S = 0.1
     settings.INSPO_VERL_GRACE_S = 5
+    settings.INSPO_VERL_ENV_PASSTHROUGH = (
+        "FAKE_VERL_STEP_S",
+        "FAKE_VERL_CRASH_AT",
+        "FAKE_VERL_IGNORE_STOP",
+        "FAKE_VERL_ENV_DUMP",
+    )
+    settings.INSPO_ALLOW_PRIVATE_HOSTS = ["127.0.0.1:9"]  # the runs' (unused) retriever
     monkeypatch.delenv("FAKE_VERL_STEP_S", raising=False)
     return worker_settings
 
@@ -134,6 +144,32 @@ def test_a_job_that_dies_fails_the_run_with_its_log(submit, monkeypatch):
     assert run.status == Run.Status.FAILED
     assert "CUDA error: an illegal memory access" in run.error
     assert StepMetric.objects.filter(run=run).count() == 2  # what it did before dying is kept
+
+
+def test_the_job_gets_a_minimal_environment_and_only_its_endpoints_key(submit, gemini_url, monkeypatch, tmp_path):
+    """No database URL, Django secret or server key reaches the job: only the key of the endpoint the run names,
+    which its optimizer then sends to that endpoint."""
+    dump = tmp_path / "job-env.json"
+    monkeypatch.setenv("FAKE_VERL_ENV_DUMP", str(dump))
+    monkeypatch.setenv("GEMINI_API_KEY", "the-servers-default-key")
+    monkeypatch.setenv("DATABASE_URL", "postgres://inspo:pw@db/inspo")
+    run = submit(**{"optimizer.provider": "gemini", "optimizer.endpoint": STUB_ENDPOINT, "optimizer.max_retries": 0})
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "finished"
+    env = json.loads(dump.read_text())
+    assert env["INSPO_OPTIMIZER_API_KEY"] == "test-key" and "PATH" in env
+    for name in ("DATABASE_URL", "DJANGO_SECRET_KEY", "GEMINI_API_KEY", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE"):
+        assert name not in env
+    assert "the-servers-default-key" not in json.dumps(env)
+
+
+def test_a_run_that_may_not_reach_its_retriever_any_more_never_starts_the_job(submit, settings, tmp_path):
+    run = submit()
+    settings.INSPO_ALLOW_PRIVATE_HOSTS = []  # the operator withdrew the host after submission
+    with pytest.raises(ServiceError, match=r"env\.retriever_url"):  # InvalidInput, as the task result carries it
+        tasks.run_training.apply(args=[str(run.pk)]).get()
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and "env.retriever_url" in run.error
+    assert not (run_dir(run) / "verl.log").exists()
 
 
 def test_the_tail_waits_for_the_end_of_a_torn_line(tmp_path):

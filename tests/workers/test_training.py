@@ -28,6 +28,7 @@ from webapp.runs.models import (
     StepMetric,
     Trajectory,
 )
+from webapp.runs.selectors import run_directory
 from workers import tasks
 from workers.training import run_execute, run_fail_lost
 
@@ -42,7 +43,7 @@ def _worker_settings(worker_settings):
 @pytest.fixture
 def submit(alice, alice_team, gemini_url):
     def make(**overrides):
-        config = scripted_config(gemini_url, **overrides)
+        config = scripted_config(**overrides)
         return services.run_submit(team=alice_team, user=alice, name="scripted", config=config)
 
     return make
@@ -116,7 +117,7 @@ def test_a_run_stores_what_the_engine_emits(submit):
     checkpoints = Checkpoint.objects.filter(run=run).order_by("step")
     assert [c.step for c in checkpoints] == [2, 4, 6] and [c.available for c in checkpoints] == [False, True, True]
     newest = checkpoints.last()
-    files = archive_files(policy_directory(newest.path), "step-000006")
+    files = archive_files(policy_directory(newest.path), "step-000006", root=run_directory(run_id=run.pk))
     assert newest.sha256 == archive_digest(files).sha256 and newest.files[0]["name"].startswith("step-000006/")
     assert {"run_started", "run_finished", "evolution_completed"} <= set(
         RunNote.objects.filter(run=run).values_list("kind", flat=True)

@@ -66,3 +66,22 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class TeamSecret(models.Model):
+    """A team's own API key, for the base URL its runs bring. Stored encrypted (see `secrets`); no page or
+    endpoint ever shows the value again, only its name."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=64)
+    ciphertext = models.TextField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ("name",)
+        constraints = (models.UniqueConstraint(fields=["team", "name"], name="one_secret_name_per_team"),)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.team})"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404
 
-from .models import ApiToken, Membership, Role, Team, User
+from .models import ApiToken, Membership, Role, Team, TeamSecret, User
 from .permissions import AnyUser
 
 
@@ -37,3 +37,8 @@ def api_token_list(*, user: User) -> QuerySet[ApiToken]:
 
 def user_find(*, username: str) -> User | None:
     return User.objects.filter(username=username, is_active=True).first()
+
+
+def team_secret_list(*, team: Team) -> QuerySet[TeamSecret]:
+    """The team's stored keys: names and dates only (callers never read `ciphertext`)."""
+    return TeamSecret.objects.filter(team=team).select_related("created_by").defer("ciphertext").order_by("name")

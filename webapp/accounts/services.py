@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import secrets
 
 from django.contrib.auth.password_validation import validate_password
@@ -12,8 +13,9 @@ from django.utils.text import slugify
 from webapp.core.errors import Conflict, InvalidInput
 
 from .authentication import token_digest
-from .models import ApiToken, Membership, Role, Team, User
+from .models import ApiToken, Membership, Role, Team, TeamSecret, User
 from .permissions import require_role
+from .secrets import secret_seal
 
 TOKEN_PREFIX = "inspo_"
 
@@ -90,3 +92,32 @@ def api_token_revoke(*, user: User, token_id: int) -> None:
     deleted, _ = ApiToken.objects.filter(user=user, pk=token_id).delete()
     if not deleted:
         raise Http404("no such token")
+
+
+SECRET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_SECRET_CHARS = 4096
+
+
+def team_secret_set(*, team: Team, user: User, name: str, value: str) -> TeamSecret:
+    """Store (or replace) the team's API key `name`, encrypted. Runs name it in `optimizer.team_secret` to send it
+    to the base URL they bring; the value is never shown again."""
+    require_role(user, team, Role.MEMBER)
+    errors: dict[str, list[str]] = {}
+    if not SECRET_NAME.match(name):
+        errors["name"] = ["letters, digits, '_', '.', '-', at most 64, starting with a letter or digit"]
+    if not value or len(value) > MAX_SECRET_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        errors["value"] = [f"a key of 1 to {MAX_SECRET_CHARS} characters without control characters"]
+    if errors:
+        raise InvalidInput(errors)
+    ciphertext = secret_seal(team_id=team.pk, name=name, value=value)
+    secret, _ = TeamSecret.objects.update_or_create(
+        team=team, name=name, defaults={"ciphertext": ciphertext, "created_by": user}
+    )
+    return secret
+
+
+def team_secret_delete(*, team: Team, user: User, name: str) -> None:
+    require_role(user, team, Role.MEMBER)
+    deleted, _ = TeamSecret.objects.filter(team=team, name=name).delete()
+    if not deleted:
+        raise Http404("no such key")

@@ -1,4 +1,4 @@
-"""URLs of accounts: sign-in and sign-out, API tokens, team members; and the teams API."""
+"""URLs of accounts: sign-in and sign-out, API tokens, team members; and the teams API (with stored keys)."""
 
 from django.urls import path
 
@@ -6,6 +6,8 @@ from . import apis, views
 
 api_urlpatterns = [
     path("teams/", apis.TeamListApi.as_view(), name="teams"),
+    path("teams/<slug:slug>/secrets/", apis.TeamSecretListApi.as_view(), name="team-secrets"),
+    path("teams/<slug:slug>/secrets/<str:name>/", apis.TeamSecretDetailApi.as_view(), name="team-secret"),
 ]
 
 app_name = "accounts"

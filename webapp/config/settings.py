@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def env_path(name: str, default: Path) -> Path:
 
 def env_json(name: str, default: Any) -> Any:
     raw = os.environ.get(name)
-    if raw is None:
+    if raw is None or not raw.strip():
         return default
     try:
         return json.loads(raw)
@@ -82,7 +83,8 @@ INSPO_CACHE_DIR = env_path("INSPO_CACHE_DIR", BASE_DIR / "cache")
 INSPO_RUNS_DIR = env_path("INSPO_RUNS_DIR", BASE_DIR / "runs")
 """Each run writes under INSPO_RUNS_DIR/<run uuid>: checkpoints and the engine's own files."""
 INSPO_DATA_DIR = env_path("INSPO_DATA_DIR", BASE_DIR / "data")
-"""Datasets, corpora and models that configs may name by absolute path; paths anywhere else are refused."""
+"""Datasets, corpora and models that configs may name: each team's under teams/<team id>/ (relative paths resolve
+there), shared ones under INSPO_SHARED_DATA_DIR; paths anywhere else are refused."""
 STATE_DIR.mkdir(parents=True, exist_ok=True)
 
 
@@ -272,6 +274,8 @@ INSPO_VERL_NNODES = env_int("INSPO_VERL_NNODES", 1, minimum=1)
 INSPO_VERL_GRACE_S = env_int("INSPO_VERL_GRACE_S", 600, minimum=1)
 """After a stop request, how long the job may take to checkpoint before it is terminated."""
 INSPO_VERL_POLL_S = env_int("INSPO_VERL_POLL_S", 1, minimum=0)
+INSPO_VERL_ENV_PASSTHROUGH = tuple(env_list("INSPO_VERL_ENV_PASSTHROUGH", []))
+"""Extra environment variables the verl job inherits (it starts with a minimal environment; see the launcher)."""
 
 # Celery's own time limits sit above the run's own deadline: the soft one interrupts a step that hangs,
 # the hard one kills the process; the heartbeat check then fails the run.
@@ -304,10 +308,57 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(STATE_DIR / "celerybeat-schedule")
 
-# -- the engine's secrets (passed to it explicitly; it reads no environment) ------------------------------------
+# -- what runs may reach: optimizer endpoints and their keys, outbound hosts, data roots -----------------------
 
-GEMINI_API_KEY = os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY") or None
-OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY") or None
+_PROVIDERS = ("gemini", "openai")
+
+
+def optimizer_endpoint(name: str, raw: Any) -> dict[str, Any]:
+    """One operator-declared optimizer endpoint, checked, with its key read from the variable it names."""
+    where = f"INSPO_OPTIMIZER_ENDPOINTS[{name!r}]"
+    if not isinstance(raw, dict) or raw.get("provider") not in _PROVIDERS:
+        raise ImproperlyConfigured(f"{where}: an object with provider one of {', '.join(_PROVIDERS)}")
+    unknown = set(raw) - {"provider", "base_url", "key_env", "models", "team_calls_per_day"}
+    base_url, key_env, models = raw.get("base_url"), raw.get("key_env"), raw.get("models", [])
+    budget = raw.get("team_calls_per_day")
+    if unknown:
+        raise ImproperlyConfigured(f"{where}: unknown fields {', '.join(sorted(unknown))}")
+    if not (base_url is None or isinstance(base_url, str)) or (raw["provider"] == "openai" and not base_url):
+        raise ImproperlyConfigured(f"{where}: base_url must be a URL (required for openai) or null")
+    if not (key_env is None or isinstance(key_env, str)):
+        raise ImproperlyConfigured(f"{where}: key_env must name an environment variable or be null")
+    if not isinstance(models, list) or not all(isinstance(m, str) for m in models):
+        raise ImproperlyConfigured(f"{where}: models must be a list of model names (empty: any)")
+    if not (budget is None or (isinstance(budget, int) and budget >= 0)):
+        raise ImproperlyConfigured(f"{where}: team_calls_per_day must be an integer ≥ 0 or null")
+    api_key = os.environ.get(key_env) if key_env else None
+    checked = {"base_url": base_url, "key_env": key_env, "models": models, "team_calls_per_day": budget}
+    return {**raw, **checked, "api_key": api_key or None}
+
+
+_ENDPOINTS = env_json(
+    "INSPO_OPTIMIZER_ENDPOINTS", {"gemini": {"provider": "gemini", "base_url": None, "key_env": "GEMINI_API_KEY"}}
+)
+if not isinstance(_ENDPOINTS, dict) or not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", n) for n in _ENDPOINTS):
+    raise ImproperlyConfigured("INSPO_OPTIMIZER_ENDPOINTS: a JSON object of endpoints named by letters, digits, _.-")
+INSPO_OPTIMIZER_ENDPOINTS: dict[str, dict[str, Any]] = {
+    name: optimizer_endpoint(name, raw) for name, raw in _ENDPOINTS.items()
+}
+"""Named optimizer endpoints a run may use (`optimizer.endpoint`): provider, base URL (null: the provider's
+own), the environment variable holding the key, a model allow-list (empty: any) and optimizer calls per team
+per day (null: no limit). The keys never leave the server except to their endpoint."""
+INSPO_OPTIMIZER_DEFAULT_ENDPOINT = env_str("INSPO_OPTIMIZER_DEFAULT_ENDPOINT", "gemini")
+"""The endpoint of a gemini/openai run that names none and brings no base_url (when its provider matches)."""
+INSPO_SECRETS_KEY = env_str("INSPO_SECRETS_KEY", "")
+"""Key material for the teams' stored API keys (encrypted at rest); empty: derived from DJANGO_SECRET_KEY."""
+INSPO_ALLOWED_URL_HOSTS = env_list("INSPO_ALLOWED_URL_HOSTS", [])
+"""Hosts a user-chosen URL (env.retriever_url, optimizer.base_url) may name: 'host', 'host:port', '*.domain'.
+Their addresses must be public."""
+INSPO_ALLOW_PRIVATE_HOSTS = env_list("INSPO_ALLOW_PRIVATE_HOSTS", [])
+"""Hosts allowed although they resolve to loopback, private, link-local or reserved addresses (a self-hosted
+retriever or vLLM): 'host' or 'host:port'. Default: none."""
+INSPO_SHARED_DATA_DIR = env_path("INSPO_SHARED_DATA_DIR", INSPO_DATA_DIR / "shared")
+"""Read-only data every team may name (corpora, models); each team's own files live in INSPO_DATA_DIR/teams/<id>."""
 
 INSPO_OPTIMIZER_PRICES: dict[str, list[float]] = env_json(
     "INSPO_OPTIMIZER_PRICES",

@@ -379,7 +379,7 @@ class CheckpointArchiveApi(APIView):
         directory = policy_directory(checkpoint.path)
         if not checkpoint.available or not directory.is_dir():
             raise Gone(f"the files of the checkpoint of step {checkpoint.step} are gone")
-        files = archive_files(directory, Path(checkpoint.path).name)
+        files = archive_files(directory, Path(checkpoint.path).name, root=selectors.run_directory(run_id=run.pk))
         response = StreamingHttpResponse(archive_stream(files), content_type="application/x-tar")
         response["Content-Length"] = str(archive_size(files))
         if checkpoint.sha256:

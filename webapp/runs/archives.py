@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from inspo_engine.coevolution import POLICY_DIR
+from webapp.core.errors import Conflict
 
 BLOCK = tarfile.BLOCKSIZE
 CHUNK = 1 << 20
@@ -30,9 +31,25 @@ def policy_directory(checkpoint_path: str | Path) -> Path:
     return Path(checkpoint_path) / POLICY_DIR
 
 
-def archive_files(directory: Path, prefix: str) -> list[ArchiveFile]:
-    """Regular files under `directory`, sorted by name, as `prefix/relative/path`."""
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+class ArchiveRefused(Conflict):
+    """The directory to archive, or a link inside it, leads out of the run's directory: nothing is read."""
+
+
+def archive_files(directory: Path, prefix: str, *, root: Path) -> list[ArchiveFile]:
+    """Regular files under `directory`, sorted by name, as `prefix/relative/path`. `directory` must be a real
+    directory inside `root` (the run's directory), not a link; links inside it are left out, and one that leads
+    outside `root` refuses the whole archive."""
+    if directory.is_symlink() or not directory.resolve().is_relative_to(root.resolve()):
+        raise ArchiveRefused(f"the checkpoint's {directory.name}/ leads outside its run's directory")
+    files = []
+    for path in sorted(directory.rglob("*")):
+        if path.is_symlink():
+            if not path.resolve().is_relative_to(root.resolve()):
+                raise ArchiveRefused(
+                    f"{path.relative_to(directory)} in the checkpoint leads outside its run's directory"
+                )
+        elif path.is_file():
+            files.append(path)
     return [ArchiveFile(f"{prefix}/{p.relative_to(directory).as_posix()}", p, p.stat().st_size) for p in files]
 
 

@@ -1,10 +1,11 @@
 """Engine configs from what a user sends: a preset, a partial config, overrides. The engine validates them; this
-module merges the inputs, adds the platform's one rule (where file paths may point), and turns errors into
-field errors."""
+module merges the inputs, adds the platform's rules (file paths confined to the team's data, what a run may reach)
+and turns errors into field errors."""
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,10 @@ from typing import Any
 from django.conf import settings
 
 from inspo_engine.config import PRESETS, ConfigError, RunConfig
+from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
+
+from .endpoints import config_access_check
 
 PRESET_NAMES = tuple(PRESETS)
 
@@ -47,43 +51,87 @@ def config_compose(
         raise config_errors(error) from error
 
 
-def config_validate(data: Mapping[str, Any]) -> RunConfig:
-    """The engine's validation, plus the platform's rule on file paths."""
+def config_validate(data: Mapping[str, Any], *, team: Team) -> RunConfig:
+    """The engine's validation, plus the platform's rules: file paths inside the team's data (rewritten to the
+    resolved path), and what the run may reach (see `endpoints`)."""
     try:
         config = RunConfig.from_dict(copy.deepcopy(dict(data)))
     except ConfigError as error:
         raise config_errors(error) from error
-    named = [(field, _get(config, field)) for field in PATH_FIELDS]
-    named += [("eval.benchmarks", name) for name in config.eval.benchmarks]
-    errors = paths_outside_data_dir(named)
+    return config_access_check(config_confine(config, team=team), team=team)
+
+
+# Config fields that may name files on the workers' disks, with the names that are not files.
+BUILTIN_MODEL = "smollm2-135m-instruct"
+"""inspo_engine.backends.torch.model.SMOLLM2 (that module imports torch, so the name is repeated here)."""
+PATH_FIELDS: dict[str, frozenset[str]] = {
+    "env.dataset": frozenset({"builtin"}),
+    "env.corpus": frozenset({"builtin"}),
+    "backend.model": frozenset({BUILTIN_MODEL}),
+    "optimizer.local_model_path": frozenset({BUILTIN_MODEL}),
+}
+MODEL_FIELDS = ("backend.model", "optimizer.local_model_path")
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def team_data_dir(team: Team) -> Path:
+    """The team's own data directory: its datasets, corpora and models; relative paths in its configs start here."""
+    return Path(settings.INSPO_DATA_DIR) / "teams" / str(team.pk)
+
+
+def confine_path(field: str, value: str, *, team: Team, known: frozenset[str] = frozenset({"builtin"})) -> str:
+    """`value` when it is a known name (or, for a model, a hub id that is no path here), else the resolved path
+    (`~` expanded, relative to the team's data directory, symlinks followed), which must lie inside the team's
+    data directory or the shared one. InvalidInput naming `field` otherwise."""
+    root = team_data_dir(team)
+    if value in known:
+        return value
+    if field in MODEL_FIELDS and HUB_ID.match(value) and not (root / value).exists():
+        if not Path(value).exists():
+            return value
+        raise InvalidInput({field: [f"{value!r} reads as a hub id but is also a path here; give the path in {root}"]})
+    path = Path(value).expanduser()
+    resolved = (path if path.is_absolute() else root / path).resolve()
+    roots = (root.resolve(), Path(settings.INSPO_SHARED_DATA_DIR).resolve())
+    if any(resolved.is_relative_to(allowed) for allowed in roots):
+        return str(resolved)
+    message = f"{value!r}: file paths must lie in your team's data directory {root} or in {roots[1]}"
+    raise InvalidInput({field: [message]})
+
+
+def config_confine(config: RunConfig, *, team: Team) -> RunConfig:
+    """The config with every path-like field resolved and confined to the team's data (see `confine_path`);
+    InvalidInput under `config` naming each field that points elsewhere."""
+    data = config.to_dict()
+    errors: dict[str, list[str]] = {}
+    for field, known in PATH_FIELDS.items():
+        section, leaf = field.split(".")
+        value = data[section][leaf]
+        if value:
+            try:
+                data[section][leaf] = confine_path(field, value, team=team, known=known)
+            except InvalidInput as error:
+                errors |= error.errors
+    try:
+        data["eval"]["benchmarks"] = benchmark_paths(data["eval"]["benchmarks"], team=team, field="eval.benchmarks")
+    except InvalidInput as error:
+        errors |= error.errors
     if errors:
         raise InvalidInput(errors, key="config")
-    return config
+    return RunConfig.from_dict(data)
 
 
-# Config fields that may name files on the workers' disks.
-PATH_FIELDS = ("env.dataset", "env.corpus", "backend.model", "optimizer.local_model_path")
-
-
-def paths_outside_data_dir(named: list[tuple[str, str | None]]) -> dict[str, list[str]]:
-    """Teams share workers, so a config may name a file by absolute path (or climb with '..') only inside
-    INSPO_DATA_DIR; names such as 'builtin' or a hub id pass."""
-    data_dir = Path(settings.INSPO_DATA_DIR).resolve()
-    errors: dict[str, list[str]] = {}
-    for field, value in named:
-        if not value:
-            continue
-        path = Path(value)
-        if (path.is_absolute() or ".." in path.parts) and not path.resolve().is_relative_to(data_dir):
-            errors.setdefault(field, []).append(f"{value!r}: file paths must lie under {data_dir}")
-    return errors
-
-
-def _get(config: RunConfig, path: str) -> Any:
-    value: Any = config
-    for part in path.split("."):
-        value = getattr(value, part)
-    return value
+def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks") -> list[str]:
+    """Benchmark names: 'builtin' or files confined like any other path."""
+    confined, errors = [], []
+    for name in names:
+        try:
+            confined.append(confine_path(field, name, team=team))
+        except InvalidInput as error:
+            errors += error.errors[field]
+    if errors:
+        raise InvalidInput({field: errors})
+    return confined
 
 
 def _merge(target: dict[str, Any], extra: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ CONFIG_FIELDS = {
     "model": "backend.model",
     "optimizer_provider": "optimizer.provider",
     "optimizer_model": "optimizer.model",
+    "optimizer_endpoint": "optimizer.endpoint",
 }
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
@@ -94,6 +95,9 @@ class RunForm(ConfigFormMixin):
     model = forms.CharField(required=False, label="Policy model")
     optimizer_provider = forms.ChoiceField(required=False, choices=_choices("gemini", "openai", "local"))
     optimizer_model = forms.CharField(required=False)
+    optimizer_endpoint = forms.CharField(
+        required=False, max_length=64, help_text="A named optimizer endpoint of this server (its key stays here)."
+    )
     overrides = OverridesField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),

@@ -4,9 +4,11 @@ evaluations, trajectories and checkpoints shaped for charts. Functions taking `r
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 
@@ -92,6 +94,11 @@ def run_tag_names(*, run: Run) -> list[str]:
 
 def checkpoint_list(*, run: Run) -> QuerySet[Checkpoint]:
     return run.checkpoints.order_by("step")
+
+
+def run_directory(*, run_id: UUID | str) -> Path:
+    """Where a run's files are: its checkpoints, events and the engine's own files."""
+    return Path(settings.INSPO_RUNS_DIR) / str(run_id)
 
 
 def checkpoint_get(*, run: Run, checkpoint_id: int) -> Checkpoint:

@@ -18,7 +18,7 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput
 
 from . import selectors, tasks
-from .configs import config_compose, config_validate, paths_outside_data_dir
+from .configs import benchmark_paths, config_compose, config_validate
 from .models import Checkpoint, EvaluationRequest, Run, RunTag
 
 MAX_SEED = 2**63 - 1
@@ -47,7 +47,7 @@ def run_submit(
 ) -> Run:
     """Validate the config with the engine, store a queued run, and enqueue its training once committed."""
     require_role(user, team, Role.MEMBER)
-    validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config)
+    validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config, team=team)
     if validated.seed > MAX_SEED:
         raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
     name = name.strip()
@@ -143,9 +143,7 @@ def run_evaluate(
     names = [name.strip() for name in benchmarks if name.strip()]
     if not names:
         raise InvalidInput({"benchmarks": ["name at least one benchmark"]})
-    outside = paths_outside_data_dir([("benchmarks", name) for name in names])
-    if outside:
-        raise InvalidInput(outside)
+    names = benchmark_paths(names, team=run.team)
     if checkpoint is None:
         checkpoint = selectors.checkpoint_latest(run=run)
         if checkpoint is None:

@@ -2,11 +2,14 @@
 scripted policy, and writes real engine events to `<+inspo.out_dir>/events.jsonl`, honouring the stop file.
 
 Environment knobs for tests: FAKE_VERL_STEP_S (seconds per step), FAKE_VERL_CRASH_AT (step that dies with a
-CUDA-like error), FAKE_VERL_IGNORE_STOP=1 (never looks at the stop file, only a signal ends it).
+CUDA-like error), FAKE_VERL_IGNORE_STOP=1 (never looks at the stop file, only a signal ends it),
+FAKE_VERL_ENV_DUMP (a file to write the job's whole environment to). Like the real job, it takes the optimizer's
+key from INSPO_OPTIMIZER_API_KEY.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -41,6 +44,8 @@ def main(argv: Sequence[str]) -> int:
     out_dir = Path(options["+inspo.out_dir"].strip("'"))
     config = RunConfig.from_json(Path(options["+inspo.run_config"].strip("'")).read_text(encoding="utf-8"))
     print(f"fake verl job: {len(argv)} overrides, resume={options.get('trainer.resume_mode')}", flush=True)
+    if os.environ.get("FAKE_VERL_ENV_DUMP"):
+        Path(os.environ["FAKE_VERL_ENV_DUMP"]).write_text(json.dumps(dict(os.environ)), encoding="utf-8")
     backend = SlowBackend(
         config.seed, float(os.environ.get("FAKE_VERL_STEP_S", "0")), int(os.environ.get("FAKE_VERL_CRASH_AT", "0"))
     )
@@ -49,7 +54,7 @@ def main(argv: Sequence[str]) -> int:
         config,
         backend=backend,
         train_questions=load_questions(config.env.dataset, "train"),
-        optimizer=make_optimizer(config, out_dir / "cache", None),
+        optimizer=make_optimizer(config, out_dir / "cache", os.environ.get("INSPO_OPTIMIZER_API_KEY")),
         sink=JsonlSink(out_dir / "events.jsonl"),
         out_dir=out_dir,
         should_stop=lambda: not ignore_stop and (out_dir / "STOP").exists(),

@@ -171,7 +171,7 @@ def test_configs_may_name_files_only_inside_the_data_directory(alice, alice_team
     with pytest.raises(InvalidInput) as caught:
         submit(alice_team, alice, **{field: value})
     assert field in caught.value.errors
-    inside = tmp_path / "nq" / "train.jsonl"
+    inside = (tmp_path / "teams" / str(alice_team.pk) / "nq" / "train.jsonl").resolve()  # the team's own data
     assert submit(alice_team, alice, **{"env.dataset": str(inside)}).config["env"]["dataset"] == str(inside)
 
 
