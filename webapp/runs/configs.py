@@ -86,8 +86,8 @@ def confine_path(field: str, value: str, *, team: Team, known: frozenset[str] = 
     root = team_data_dir(team)
     if value in known:
         return value
-    if field in MODEL_FIELDS and HUB_ID.match(value) and not (root / value).exists():
-        if not Path(value).exists():
+    if field in MODEL_FIELDS and HUB_ID.match(value) and not _exists(root / value):
+        if not _exists(Path(value)):
             return value
         raise InvalidInput({field: [f"{value!r} reads as a hub id but is also a path here; give the path in {root}"]})
     path = Path(value).expanduser()
@@ -97,6 +97,14 @@ def confine_path(field: str, value: str, *, team: Team, known: frozenset[str] = 
         return str(resolved)
     message = f"{value!r}: file paths must lie in your team's data directory {root} or in {roots[1]}"
     raise InvalidInput({field: [message]})
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` exists; a name too long for the filesystem does not."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def config_confine(config: RunConfig, *, team: Team) -> RunConfig:

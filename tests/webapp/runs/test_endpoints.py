@@ -142,3 +142,18 @@ def test_interpolation_in_any_string_field_is_a_400_naming_the_field(alice, api,
     assert response.status_code == 400
     (field,) = overrides
     assert "must not contain '$'" in " ".join(response.json()["config"][field])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"backend.model": "org/" + "m" * 5000},
+        {"env.dataset": "d" * 5000},
+        {"env.retriever": "remote", "env.retriever_url": "http://" + "h" * 300 + ".example.org/"},
+        {"optimizer.provider": "openai", "optimizer.endpoint": "e" * 65},
+    ],
+)
+def test_absurd_values_get_a_json_4xx_never_a_500(alice, api, settings, overrides):
+    settings.INSPO_ALLOWED_URL_HOSTS = ["*.example.org"]
+    response = create(api(alice), **overrides)
+    assert response.status_code in (201, 400) and response["Content-Type"] == "application/json", response.content
