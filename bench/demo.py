@@ -85,7 +85,9 @@ def train(out: Path, variant: str, seed: int, overrides: list[str]) -> float:
     if (out / "best_instruction.txt").exists():
         return float((out / "seconds.txt").read_text()) if (out / "seconds.txt").exists() else float("nan")
     started = time.perf_counter()
-    sets = [arg for o in [*VARIANTS[variant], f"seed={seed}", *overrides] for arg in ("--set", o)]
+    # the final evaluation is done here, with every answer kept, instead of inside the run
+    extra = [*VARIANTS[variant], f"seed={seed}", "eval.benchmarks=[]", *overrides]
+    sets = [arg for o in extra for arg in ("--set", o)]
     run([PYTHON, "-m", "inspo_engine", "train", "--preset", "cpu-demo", *sets, "--out", str(out)])
     seconds = time.perf_counter() - started
     (out / "seconds.txt").write_text(f"{seconds:.0f}\n")

@@ -612,24 +612,24 @@ def _cpu_demo() -> dict[str, Any]:
     evolutions by the offline `rules` optimizer, and the final evaluation on the built-in test split."""
     return {
         "grpo": {
-            "total_steps": 30,
-            "group_size": 6,
+            "total_steps": 24,
+            "group_size": 5,
             "batch_size": 4,
             "mini_batch_size": 4,
             "micro_batch_size": 4,
-            "lr": 1e-5,
+            "lr": 5e-5,
             "sampling_temperature": 0.7,
         },
         "population": {
             "population_size": 4,
-            "prune_every": 5,
+            "prune_every": 4,
             "initial_instructions": [f"{SEED_INSTRUCTION} {CPU_DEMO_EXAMPLE}"],
         },
         "evolution": {
-            "evolve_every": 10,
-            "evolve_until": 20,
+            "evolve_every": 8,
+            "evolve_until": 16,
             "n_candidates": 3,
-            "verify_samples": 12,
+            "verify_samples": 10,
             "max_verify_rounds": 2,
         },
         "env": {
@@ -642,7 +642,7 @@ def _cpu_demo() -> dict[str, Any]:
         "backend": {"device": "cpu", "max_new_tokens": 40},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 0},
-        "checkpoint": {"checkpoint_every": 10, "keep_last": 1},
+        "checkpoint": {"checkpoint_every": 8, "keep_last": 1},
     }
 
 
