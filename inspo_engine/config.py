@@ -149,8 +149,8 @@ class EnvConfig:
     """Training (and verification) reward: 'em' = exact match (the paper); 'em_format' = exact match plus partial
     credit for a well-formed trajectory, in the spirit of Search-R1's qa_em_format (see rewards.em_format_reward)."""
     format_score: float = 0.2
-    """em_format: score of a well-formed trajectory whose answer is wrong (half of it for a malformed one that still
-    ends in an answer); a correct answer in a malformed trajectory scores 1 − format_score."""
+    """em_format: score of a well-formed trajectory (Search-R1's sequence rule) whose answer is wrong; a correct
+    answer in a malformed trajectory scores 1 − format_score, a wrong one 0."""
     retrieval_score: float = 0.1
     """em_format: added to format_score when a well-formed, wrong trajectory retrieved a passage with a gold answer."""
 
@@ -617,7 +617,7 @@ def _cpu_demo() -> dict[str, Any]:
             "batch_size": 4,
             "mini_batch_size": 4,
             "micro_batch_size": 4,
-            "lr": 5e-5,
+            "lr": 2e-5,
             "sampling_temperature": 0.7,
         },
         "population": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 from collections import Counter
@@ -71,26 +72,35 @@ def f1(prediction: str | None, golden_answers: Sequence[str]) -> float:
     return best
 
 
+_BLOCK = re.compile(r"<(think|search|information|answer)>(.*?)</\1>", re.S)
+_ANY_TAG = re.compile(r"</?(think|search|information|answer)>")
+
+
 def is_valid_format(response: str) -> bool:
-    """Every <think>/<search>/<answer> opened is closed in order, and exactly one answer ends the response.
+    """Search-R1's sequence rule: the response is nothing but tag blocks separated by white space; it opens with
+    `<think>`, every `<search>` is answered by an `<information>` block, no block nests another, and exactly one
+    `<answer>` ends it.
 
     >>> is_valid_format("<think>x</think><search>q</search><information>d</information><answer>y</answer>")
     True
     >>> is_valid_format("<think>x</think> y")
     False
+    >>> is_valid_format("To answer, write it inside <answer> and </answer>")
+    False
+    >>> is_valid_format("<think>x</think> so <answer>y</answer>")
+    False
     """
-    tags = re.findall(r"</?(think|search|answer|information)>", response)
-    opened = re.findall(r"<(/?)(think|search|answer|information)>", response)
-    stack: list[str] = []
-    for closing, tag in opened:
-        if not closing:
-            if stack:
-                return False
-            stack.append(tag)
-        elif not stack or stack.pop() != tag:
+    kinds: list[str] = []
+    position = 0
+    for block in _BLOCK.finditer(response):
+        if response[position : block.start()].strip() or _ANY_TAG.search(block.group(2)):
             return False
-    answers = len(_ANSWER.findall(response))
-    return bool(tags) and not stack and answers == 1 and response.rstrip().endswith("</answer>")
+        kinds.append(block.group(1))
+        position = block.end()
+    if response[position:].strip() or not kinds or kinds[0] != "think" or kinds[-1] != "answer":
+        return False
+    searches_answered = all(after == "information" for kind, after in itertools.pairwise(kinds) if kind == "search")
+    return kinds.count("answer") == 1 and searches_answered
 
 
 def em_reward(
@@ -158,7 +168,7 @@ def em_format_reward(
     - a correct answer scores 1 in a well-formed trajectory and 1 − format_score in a malformed one;
     - a wrong (or missing) answer in a well-formed trajectory scores format_score, plus retrieval_score when a
       retrieved passage held a gold answer;
-    - a malformed trajectory that still ends in an answer scores format_score / 2; anything else 0.
+    - a wrong answer in a malformed trajectory scores 0, so text that merely contains the tags earns nothing.
 
     `answers` are the final answers the rollout took (default: the last `<answer>` of each completion).
 
@@ -178,7 +188,7 @@ def em_format_reward(
         elif well_formed:
             scores.append(format_score + (retrieval_score if retrieved_gold(completion, golds) else 0.0))
         else:
-            scores.append(format_score / 2 if answer is not None else 0.0)
+            scores.append(0.0)
     return scores
 
 

@@ -21,7 +21,7 @@ SEARCHED = (
         ("Lima, I think. <answer> Lima </answer> done", "Lima", 0.8),  # correct, malformed: 1 - format_score
         ("<think>known</think><answer> Quito </answer>", "Quito", 0.2),  # wrong, well-formed: format_score
         (SEARCHED + "<think>hm</think><answer> Quito </answer>", "Quito", 0.3),  # + retrieval_score: gold in view
-        ("no tags <answer> Quito </answer> trailing", "Quito", 0.1),  # malformed but answered: format_score / 2
+        ("write it inside <answer> and </answer>", "and", 0.0),  # text that merely shows the tags earns nothing
         ("The capital of Peru is Lima.", None, 0.0),  # prose: nothing
     ],
 )
