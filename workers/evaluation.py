@@ -25,6 +25,9 @@ from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
 
 log = logging.getLogger(__name__)
 
+STORED_METRICS = ("em", "f1")
+"""The benchmark metrics the dashboards compare (answer_scores also reports the answer and format rates)."""
+
 
 class Answerer(Protocol):
     """What evaluation needs of a policy: one greedy answer per question, its reward being EM."""
@@ -91,5 +94,6 @@ def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluat
                 request=request,
             )
             for metric, value in scores.items()
+            if metric in STORED_METRICS
         ]
     return rows
