@@ -43,16 +43,19 @@ KL_VALUE_CLAMP = 10.0
 
 
 def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
-    """(r_i − mean) / (std + eps) within each group, with the population std; an all-equal group gets zeros.
+    """(r_i − mean) / (std + eps) within each group, with the unbiased (n − 1) std as verl's GRPO estimator computes
+    it, so both backends normalise alike; an all-equal group (or a group of one) gets zeros.
 
-    >>> group_advantages([[1.0, 0.0, 1.0, 0.0], [0.5, 0.5]], eps=0.0)
-    [[1.0, -1.0, 1.0, -1.0], [0.0, 0.0]]
+    >>> [round(a, 4) for a in group_advantages([[1.0, 0.0, 1.0, 0.0]], eps=0.0)[0]]
+    [0.866, -0.866, 0.866, -0.866]
+    >>> group_advantages([[0.5, 0.5], [1.0]])
+    [[0.0, 0.0], [0.0]]
     """
     advantages = []
     for group in rewards:
         n = len(group)
         mean = sum(group) / n if n else 0.0
-        std = math.sqrt(sum((r - mean) ** 2 for r in group) / n) if n else 0.0
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (n - 1)) if n > 1 else 0.0
         if std == 0.0:
             advantages.append([0.0] * n)
         else:

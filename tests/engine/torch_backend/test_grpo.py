@@ -7,6 +7,7 @@ import itertools
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given
@@ -36,11 +37,26 @@ CPU = torch.device("cpu")
 # -- advantages ------------------------------------------------------------------------------------------------
 
 
-def test_advantages_are_normalised_by_the_population_std_of_each_group():
+def test_advantages_are_normalised_by_the_unbiased_std_of_each_group():
     (first, second) = group_advantages([[1.0, 0.0, 0.0, 0.0], [2.0, 4.0]])
-    std = math.sqrt(3 / 16)  # rewards 1,0,0,0: mean 1/4, population variance 3/16
+    std = math.sqrt(3 / 12)  # rewards 1,0,0,0: mean 1/4, squared deviations 3/4 over n - 1 = 3
     assert first == pytest.approx([0.75 / (std + 1e-6), -0.25 / (std + 1e-6)] + [-0.25 / (std + 1e-6)] * 2)
-    assert second == pytest.approx([-1.0 / (1.0 + 1e-6), 1.0 / (1.0 + 1e-6)])
+    std = math.sqrt(2.0)  # rewards 2,4: squared deviations 2 over n - 1 = 1
+    assert second == pytest.approx([-1.0 / (std + 1e-6), 1.0 / (std + 1e-6)])
+
+
+def test_advantages_equal_verls_grpo_estimator_so_both_backends_normalise_alike():
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    rewards = [[1.0, 0.0, 0.0, 0.2, 1.0], [0.2, 0.2, 1.0, 0.0, 0.0], [0.0] * 5]
+    flat = torch.tensor([r for group in rewards for r in group])
+    scores = torch.zeros((len(flat), 3))
+    scores[:, -1] = flat
+    index = np.array([g for g, group in enumerate(rewards) for _ in group])
+    theirs, _ = core_algos.compute_grpo_outcome_advantage(
+        scores, torch.ones_like(scores), index, norm_adv_by_std_in_grpo=True
+    )
+    ours = [a for group in group_advantages(rewards) for a in group]
+    assert theirs[:, -1].tolist() == pytest.approx(ours, abs=1e-5)
 
 
 def test_a_group_with_equal_rewards_gets_zero_advantages():
