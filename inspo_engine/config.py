@@ -399,20 +399,30 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
 
 # -- bounds and relations --------------------------------------------------------------------------------------
 
-# field path -> (low, high, low inclusive); None = unbounded on that side.
+MAX_CHECKPOINTS = 100
+"""The most checkpoints a run may keep on disk: keep_last, or with keep_last = 0 every checkpoint it writes."""
+MAX_INSTRUCTION_CHARS = 20_000
+"""The longest instruction (the seed and each of initial_instructions) a config may carry."""
+MAX_STRING_CHARS = 4096
+"""The longest value of any other string field (a path, URL or name)."""
+MAX_LIST_ITEMS = {"population.initial_instructions": 63, "eval.benchmarks": 64}
+"""The most items a list field may hold."""
+
+# field path -> (low, high, low inclusive); None = unbounded on that side. Every resource a run consumes (batch,
+# memory, optimizer calls, disk) has a finite upper bound: generous, and above the paper's numbers.
 _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "seed": (0, None, True),
-    "log_trajectories": (0, 1000, True),
+    "log_trajectories": (0, 64, True),
     "grpo.total_steps": (1, 1_000_000, True),
     "grpo.group_size": (2, 64, True),
-    "grpo.batch_size": (1, None, True),
-    "grpo.mini_batch_size": (1, None, True),
-    "grpo.micro_batch_size": (1, None, True),
+    "grpo.batch_size": (1, 8192, True),
+    "grpo.mini_batch_size": (1, 8192, True),
+    "grpo.micro_batch_size": (1, 8192, True),
     "grpo.lr": (0, 1, False),
     "grpo.warmup_ratio": (0, 1, True),
     "grpo.kl_coef": (0, 10, True),
     "grpo.clip_ratio": (0, 1, False),
-    "grpo.max_grad_norm": (0, None, False),
+    "grpo.max_grad_norm": (0, 1000, False),
     "grpo.sampling_temperature": (0, 10, False),
     "grpo.top_p": (0, 1, False),
     "grpo.lora_rank": (1, 1024, True),
@@ -420,15 +430,15 @@ _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "population.n_parents": (1, 64, True),
     "population.temperature": (0, 100, False),
     "population.weight_window": (1, 1000, True),
-    "population.prune_every": (1, None, True),
-    "evolution.evolve_every": (1, None, True),
-    "evolution.evolve_until": (0, None, True),
+    "population.prune_every": (1, 1_000_000, True),
+    "evolution.evolve_every": (1, 1_000_000, True),
+    "evolution.evolve_until": (0, 1_000_000, True),
     "evolution.n_failures": (1, 64, True),
     "evolution.n_candidates": (1, 32, True),
     "evolution.verify_samples": (1, 100_000, True),
     "evolution.max_verify_rounds": (1, 100, True),
     "evolution.verify_min_ratio": (0, 10, True),
-    "evolution.replay_capacity": (1, None, True),
+    "evolution.replay_capacity": (1, 500_000, True),
     "env.max_turns": (1, 32, True),
     "env.format_score": (0, 0.5, True),
     "env.retrieval_score": (0, 0.5, True),
@@ -442,13 +452,13 @@ _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "optimizer.backoff_s": (0, 600, True),
     "optimizer.temperature": (0, 2, True),
     "optimizer.max_output_tokens": (1, 1_000_000, True),
-    "optimizer.max_calls": (0, None, True),
-    "optimizer.max_tokens": (0, None, True),
+    "optimizer.max_calls": (0, 1000, True),
+    "optimizer.max_tokens": (0, 50_000_000, True),
     "optimizer.local_max_new_tokens": (1, 32_768, True),
-    "eval.eval_every": (0, None, True),
-    "eval.eval_samples": (0, None, True),
-    "checkpoint.checkpoint_every": (0, None, True),
-    "checkpoint.keep_last": (0, None, True),
+    "eval.eval_every": (0, 1_000_000, True),
+    "eval.eval_samples": (0, 1_000_000, True),
+    "checkpoint.checkpoint_every": (0, 1_000_000, True),
+    "checkpoint.keep_last": (0, MAX_CHECKPOINTS, True),
 }
 
 
@@ -459,9 +469,14 @@ def _get(config: RunConfig, path: str) -> Any:
     return value
 
 
+def _number(value: float) -> str:
+    """1000000 rather than 1e+06: a bound reads as written."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def _describe(low: float | None, high: float | None, inclusive: bool) -> str:
-    left = "—" if low is None else (f"≥ {low:g}" if inclusive else f"> {low:g}")
-    right = "" if high is None else f" and ≤ {high:g}"
+    left = "—" if low is None else (f"≥ {_number(low)}" if inclusive else f"> {_number(low)}")
+    right = "" if high is None else f" and ≤ {_number(high)}"
     return f"must be {left}{right}"
 
 
@@ -497,7 +512,20 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
         errors.append(FieldError("optimizer.base_url", "is required when provider is 'openai' (or name an endpoint)"))
     if config.optimizer.provider == "local" and not config.optimizer.local_model_path:
         errors.append(FieldError("optimizer.local_model_path", "is required when provider is 'local'"))
-    return errors
+    return errors + _check_checkpoints(config)
+
+
+def _check_checkpoints(config: RunConfig) -> list[FieldError]:
+    """keep_last = 0 keeps every checkpoint: refuse it when the run would write more than MAX_CHECKPOINTS."""
+    every, steps = config.checkpoint.checkpoint_every, config.grpo.total_steps
+    written = (steps // every if every else 0) + 1  # every n-th step, and the last one
+    if config.checkpoint.keep_last == 0 and written > MAX_CHECKPOINTS:
+        message = (
+            f"0 keeps every checkpoint: this run would keep {written}, more than {MAX_CHECKPOINTS}; "
+            f"set keep_last ≤ {MAX_CHECKPOINTS} or a larger checkpoint_every"
+        )
+        return [FieldError("checkpoint.keep_last", message)]
+    return []
 
 
 def _string_fields(value: Any, path: str) -> typing.Iterator[tuple[str, str]]:
@@ -512,12 +540,24 @@ def _string_fields(value: Any, path: str) -> typing.Iterator[tuple[str, str]]:
             yield from _string_fields(item, f"{path}[{i}]")
 
 
+_INSTRUCTION_FIELDS = ("population.seed_instruction", "population.initial_instructions")
+
+
 def _check_strings(config: RunConfig) -> list[FieldError]:
-    """No '$' anywhere: config strings reach interpolating systems (verl's Hydra/OmegaConf resolves '${…}')."""
+    """No '$' anywhere: config strings reach interpolating systems (verl's Hydra/OmegaConf resolves '${…}').
+    Every string and list has a length limit (MAX_INSTRUCTION_CHARS, MAX_STRING_CHARS, MAX_LIST_ITEMS)."""
     errors = []
+    for path, most in MAX_LIST_ITEMS.items():
+        count = len(_get(config, path))
+        if count > most:
+            errors.append(FieldError(path, f"must have at most {most} items, got {count}"))
     for path, text in _string_fields(config, ""):
+        field_path = path.split("[", 1)[0]
         if "$" in text:
-            errors.append(FieldError(path.split("[", 1)[0], "must not contain '$' (no interpolation)"))
+            errors.append(FieldError(field_path, "must not contain '$' (no interpolation)"))
+        most = MAX_INSTRUCTION_CHARS if field_path in _INSTRUCTION_FIELDS else MAX_STRING_CHARS
+        if len(text) > most:
+            errors.append(FieldError(field_path, f"must be at most {most} characters, got {len(text)}"))
     return errors
 
 

@@ -180,3 +180,67 @@ def test_an_endpoint_is_a_name_and_excludes_a_base_url():
         assert field in field_names(caught.value)
     openai = preset("smoke").with_overrides({"optimizer.provider": "openai", "optimizer.endpoint": "vllm"})
     assert openai.optimizer.base_url is None  # a named endpoint stands in for the URL
+
+
+# -- bounds on everything a run consumes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "bound"),
+    [
+        ("grpo.batch_size", 10**9, "≤ 8192"),
+        ("grpo.mini_batch_size", 10**9, "≤ 8192"),
+        ("grpo.micro_batch_size", 10**9, "≤ 8192"),
+        ("evolution.replay_capacity", 10**12, "≤ 500000"),
+        ("optimizer.max_calls", 10**12, "≤ 1000"),
+        ("optimizer.max_tokens", 10**12, "≤ 50000000"),
+        ("log_trajectories", 1000, "≤ 64"),
+        ("population.prune_every", 10**9, "≤ 1000000"),
+        ("evolution.evolve_every", 10**9, "≤ 1000000"),
+        ("evolution.evolve_until", 10**9, "≤ 1000000"),
+        ("eval.eval_every", 10**9, "≤ 1000000"),
+        ("eval.eval_samples", 10**9, "≤ 1000000"),
+        ("checkpoint.checkpoint_every", 10**9, "≤ 1000000"),
+        ("checkpoint.keep_last", 10**9, "≤ 100"),
+    ],
+)
+def test_an_out_of_bound_number_is_refused_with_the_bound_named(path, value, bound):
+    with pytest.raises(ConfigError) as caught:
+        preset("paper").with_overrides({path: value})
+    messages = [e.message for e in caught.value.errors if e.field == path]
+    assert messages and bound in messages[0] and str(value) in messages[0], caught.value
+
+
+def test_the_paper_preset_sits_inside_every_bound():
+    config = preset("paper")
+    assert (config.grpo.batch_size, config.grpo.total_steps) == (512, 300)
+    assert (config.evolution.replay_capacity, config.optimizer.max_calls) == (50_000, 50)
+
+
+def test_keeping_every_checkpoint_is_refused_when_the_run_would_write_too_many():
+    with pytest.raises(ConfigError, match=r"checkpoint.keep_last: 0 keeps every checkpoint: this run would keep 301"):
+        preset("paper").with_overrides({"checkpoint.checkpoint_every": 1, "checkpoint.keep_last": 0})
+    kept = preset("paper").with_overrides({"checkpoint.checkpoint_every": 10, "checkpoint.keep_last": 0})
+    assert kept.checkpoint.keep_last == 0  # 31 checkpoints: allowed
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("population.seed_instruction", "x" * 2_400_000, "at most 20000 characters, got 2400000"),
+        ("population.initial_instructions", ["x" * 20_001], "at most 20000 characters, got 20001"),
+        ("population.initial_instructions", ["x"] * 64, "at most 63 items, got 64"),
+        ("eval.benchmarks", ["builtin"] * 65, "at most 64 items, got 65"),
+        ("backend.model", "m" * 5000, "at most 4096 characters, got 5000"),
+        ("optimizer.model", "m" * 5000, "at most 4096 characters, got 5000"),
+    ],
+)
+def test_strings_and_lists_have_a_length_limit_that_the_message_names(path, value, message):
+    with pytest.raises(ConfigError) as caught:
+        preset("paper").with_overrides({path: value})
+    assert any(e.field == path and message in e.message for e in caught.value.errors), caught.value
+
+
+def test_an_instruction_at_the_limit_is_accepted():
+    config = preset("paper").with_overrides({"population.seed_instruction": "x" * 20_000})
+    assert len(config.population.seed_instruction) == 20_000
