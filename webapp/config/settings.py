@@ -110,6 +110,9 @@ SESSION_COOKIE_SECURE = SECURE_COOKIES
 CSRF_COOKIE_SECURE = SECURE_COOKIES
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if SECURE_COOKIES else None
 X_FRAME_OPTIONS = "DENY"
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440, minimum=1024)
+"""The largest request body (bytes) read into memory; a larger one is refused, with 413 and a JSON message on the
+API."""
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -221,7 +224,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["webapp.core.api.BoundedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "webapp.core.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -359,6 +362,10 @@ INSPO_ALLOW_PRIVATE_HOSTS = env_list("INSPO_ALLOW_PRIVATE_HOSTS", [])
 retriever or vLLM): 'host' or 'host:port'. Default: none."""
 INSPO_SHARED_DATA_DIR = env_path("INSPO_SHARED_DATA_DIR", INSPO_DATA_DIR / "shared")
 """Read-only data every team may name (corpora, models); each team's own files live in INSPO_DATA_DIR/teams/<id>."""
+
+INSPO_TEAM_MAX_ACTIVE_RUNS = env_int("INSPO_TEAM_MAX_ACTIVE_RUNS", 4, minimum=0)
+"""Runs a team may have queued, running or cancelling at once; one more submission, clone or resume is refused
+(429) until one ends. 0: no limit."""
 
 INSPO_OPTIMIZER_PRICES: dict[str, list[float]] = env_json(
     "INSPO_OPTIMIZER_PRICES",

@@ -1,4 +1,5 @@
-"""The site's URL map: pages at /, accounts at /accounts/, the API at /api/v1/, its schema and docs, admin."""
+"""The site's URL map: pages at /, accounts at /accounts/, the API at /api/v1/, its schema and docs, admin; error
+views that answer JSON under /api/."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -17,3 +18,8 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("", include("webapp.runs.urls")),
 ]
+
+handler400 = "webapp.core.api.bad_request"
+handler403 = "webapp.core.api.permission_denied"
+handler404 = "webapp.core.api.page_not_found"
+handler500 = "webapp.core.api.server_error"

@@ -25,6 +25,12 @@ class Gone(ServiceError):
     status = 410
 
 
+class QuotaExceeded(ServiceError):
+    """The team has used up one of its quotas (active runs); the message says the quota and the usage."""
+
+    status = 429
+
+
 class InvalidInput(ServiceError):
     """Input failed validation; `errors` maps each field (a dotted config path for configs) to its messages."""
 

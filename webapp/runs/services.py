@@ -9,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from inspo_engine.config import RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
-from webapp.core.errors import Conflict, Gone, InvalidInput
+from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
 from .configs import benchmark_paths, config_compose, config_validate
@@ -33,6 +34,21 @@ def _clean_tags(tags: Sequence[str]) -> list[str]:
     if too_long:
         raise InvalidInput({"tags": [f"tags are at most 64 characters: {too_long[0][:20]}…"]})
     return cleaned
+
+
+def _active_runs_check(team: Team) -> None:
+    """Inside a transaction: lock the team's row (concurrent submissions queue behind it) and refuse one more
+    active run when the team already has INSPO_TEAM_MAX_ACTIVE_RUNS queued, running or cancelling (0: no limit)."""
+    most = settings.INSPO_TEAM_MAX_ACTIVE_RUNS
+    if not most:
+        return
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    active = Run.objects.filter(team=team, status__in=Run.ACTIVE).count()
+    if active >= most:
+        raise QuotaExceeded(
+            f"your team may have {most} runs queued or running at once and has {active}; "
+            "wait for one to finish or cancel one"
+        )
 
 
 def run_submit(
@@ -55,6 +71,7 @@ def run_submit(
         raise InvalidInput({"name": ["give the run a name"]})
     tag_names = _clean_tags(tags)
     with transaction.atomic():
+        _active_runs_check(team)
         run = Run.objects.create(
             team=team,
             creator=user,
@@ -119,6 +136,8 @@ def run_resume(*, run: Run, user: User) -> Run:
     if checkpoint is None:
         raise Conflict("the run has no checkpoint to resume from; clone it to start over")
     with transaction.atomic():
+        if Run.objects.filter(pk=run.pk, status__in=Run.RESUMABLE).exists():
+            _active_runs_check(run.team)
         changed = Run.objects.filter(pk=run.pk, status__in=Run.RESUMABLE).update(
             status=Run.Status.QUEUED, resume_checkpoint=checkpoint, error="", finished_at=None
         )

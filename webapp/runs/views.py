@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST
 from webapp.accounts.models import Role
 from webapp.accounts.permissions import acting_user, role_of
 from webapp.accounts.selectors import team_list
-from webapp.core.errors import InvalidInput, ServiceError
+from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 
 from . import selectors, services
 from .configs import PRESET_NAMES
@@ -120,6 +120,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
             )
         except InvalidInput as error:
             form.apply_config_errors(error)
+        except QuotaExceeded as error:
+            form.add_error(None, error.message)
         else:
             messages.success(request, f"Run “{run.name}” queued on the {run.queue} queue.")
             return redirect("runs:detail", run_id=run.pk)

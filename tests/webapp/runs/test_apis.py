@@ -155,3 +155,46 @@ def test_presets_and_teams(alice, api):
 
 def test_urls_reverse_under_the_api_namespace():
     assert reverse("api:runs") == RUNS
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "bound"),
+    [
+        ({"grpo.batch_size": 10**9}, "grpo.batch_size", "≤ 8192"),
+        ({"evolution.replay_capacity": 10**12}, "evolution.replay_capacity", "≤ 500000"),
+        ({"optimizer.max_calls": 10**12}, "optimizer.max_calls", "≤ 1000"),
+        ({"log_trajectories": 1000}, "log_trajectories", "≤ 64"),
+        ({"checkpoint.checkpoint_every": 1, "checkpoint.keep_last": 0}, "checkpoint.keep_last", "more than 100"),
+        ({"population.seed_instruction": "x" * 2_400_000}, "population.seed_instruction", "at most 20000 characters"),
+    ],
+)
+def test_an_out_of_bound_config_is_a_400_naming_the_bound(alice, api, overrides, field, bound):
+    response = create(api(alice), preset="paper", overrides=overrides)
+    assert response.status_code == 400, response.json()
+    assert bound in response.json()["config"][field][0], response.json()
+    assert not Run.objects.exists()
+
+
+def test_a_team_at_its_active_run_quota_gets_a_429_saying_the_quota_and_the_count(alice, alice_team, api, settings):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 2
+    client = api(alice)
+    assert create(client, preset="smoke").status_code == 201
+    source = RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    failed = RunFactory(team=alice_team, status=Run.Status.FAILED)
+    CheckpointFactory(run=failed)
+    message = "your team may have 2 runs queued or running at once and has 2"
+    for response in (
+        create(client, preset="smoke"),
+        client.post(f"{RUNS}{source.pk}/clone/", {}, format="json"),
+        client.post(f"{RUNS}{failed.pk}/resume/"),
+    ):
+        assert response.status_code == 429 and message in response.json()["detail"], response.json()
+    assert Run.objects.filter(team=alice_team).count() == 3
+
+
+def test_a_base_url_that_is_not_http_is_refused_naming_the_scheme(alice, api):
+    overrides = {"optimizer.provider": "openai", "optimizer.base_url": "file:///etc/passwd"}
+    overrides["optimizer.team_secret"] = "k"
+    response = create(api(alice), preset="smoke", overrides=overrides)
+    assert response.status_code == 400 and not Run.objects.exists()
+    assert "scheme must be http or https" in " ".join(response.json()["config"]["optimizer.base_url"])

@@ -9,7 +9,7 @@ from django.http import Http404
 
 from inspo_engine.config import preset
 from tests.factories import CheckpointFactory, RunFactory
-from webapp.core.errors import Conflict, Gone, InvalidInput
+from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 from webapp.runs import services
 from webapp.runs.configs import config_compose
 from webapp.runs.models import Run
@@ -182,3 +182,34 @@ def test_evaluation_benchmarks_follow_the_same_path_rule(alice, alice_team, sett
     with pytest.raises(InvalidInput) as caught:
         services.run_evaluate(run=run, user=alice, benchmarks=["builtin", "/home/bob/private.jsonl"])
     assert "benchmarks" in caught.value.errors
+
+
+# -- per-team quota of active runs -------------------------------------------------------------------------------
+
+
+def test_a_team_at_its_active_run_quota_cannot_submit_clone_or_resume(alice, alice_team, bob, bob_team, settings):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 3
+    RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    RunFactory(team=alice_team, status=Run.Status.CANCELLING)
+    submit(alice_team, alice)  # the third active run
+    failed = RunFactory(team=alice_team, status=Run.Status.FAILED)
+    CheckpointFactory(run=failed)
+    message = "your team may have 3 runs queued or running at once and has 3"
+    with pytest.raises(QuotaExceeded, match=message):
+        submit(alice_team, alice)
+    with pytest.raises(QuotaExceeded, match=message):
+        services.run_clone(run=failed, user=alice)
+    with pytest.raises(QuotaExceeded, match=message):
+        services.run_resume(run=failed, user=alice)
+    assert Run.objects.filter(team=alice_team, status__in=Run.ACTIVE).count() == 3
+    assert submit(bob_team, bob).status == Run.Status.QUEUED  # another team's quota is its own
+
+
+def test_runs_that_ended_free_the_quota_and_zero_means_no_limit(alice, alice_team, settings):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 1
+    for status in (Run.Status.FINISHED, Run.Status.FAILED, Run.Status.CANCELLED):
+        RunFactory(team=alice_team, status=status)
+    submit(alice_team, alice)
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 0
+    submit(alice_team, alice)
+    assert Run.objects.filter(team=alice_team, status=Run.Status.QUEUED).count() == 2
