@@ -219,8 +219,10 @@ def scripted_run(alice: Any, alice_team: Any, gemini_url: str, worker_settings: 
 
 
 @pytest.fixture
-def worker(redis_url: str, tmp_path: Any) -> Iterator[Any]:
-    """A real `celery worker` process on the cpu queue (see tests/celery_worker.py) and its log file."""
+def worker(redis_url: str, tmp_path: Any, settings: Any) -> Iterator[Any]:
+    """A real `celery worker` process on the cpu queue (see tests/celery_worker.py) and its log file. The test's
+    own settings point at the worker's run directory, as a deployment's web and worker processes share one."""
     from tests.celery_worker import celery_worker
 
+    settings.INSPO_RUNS_DIR = tmp_path / "runs"
     yield from celery_worker(redis_url, tmp_path)
