@@ -5,19 +5,34 @@ one evolution with verification) and once static (the Search-R1 baseline) — an
 mean seconds per step spent in rollout, reference log-probs, update and evolution, and the overhead of INSPO.
 
     .venv/bin/python bench/step.py [--steps 4] [--questions 4] [--group 4]
+
+With `--paths`, it instead times the two GRPO phases that read whole trajectories — reference log-probs and the
+update — on one set of real cpu-demo rollouts (questions × G, multi-turn with retrieved passages), along the full
+path (logits and a log-softmax at every position, one row per rollout) and the shared-prefix path (each group's
+prompt read once, the output head only where a token is trained), alternating the two `--repeats` times on fresh
+copies of the same initial model, and prints the median seconds of each phase and the ratio full ÷ shared.
+
+    .venv/bin/python bench/step.py --paths [--questions 4] [--group 4] [--repeats 3] [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-from inspo_engine.build import build_run
+import torch
+
+from inspo_engine.backends.torch.backend import TorchBackend
+from inspo_engine.backends.torch.grpo import GRPOTrainer, TrainPath
+from inspo_engine.backends.torch.samples import TrainSample
+from inspo_engine.build import build_run, load_inputs, make_retriever
 from inspo_engine.config import RunConfig, preset
 from inspo_engine.events import EvolutionCompleted, InstructionProposed, ListSink, StepCompleted
+from inspo_engine.types import RolloutRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,6 +76,53 @@ def run(mode: str, args: argparse.Namespace) -> dict[str, float]:
 
 
 PARTS = ("rollout", "old_logprobs", "ref_logprobs", "update")
+PATHS: tuple[TrainPath, TrainPath] = ("full", "shared_prefix")
+
+
+def rollout_samples(config: RunConfig, args: argparse.Namespace) -> tuple[TorchBackend, list[TrainSample]]:
+    """Real rollouts of the first training questions with the seed instruction, as training samples with
+    alternating ±1 advantages (the untrained model rarely earns a reward; the work of a step does not depend on it)."""
+    inputs = load_inputs(config)
+    retriever = make_retriever(config, inputs.corpus, ROOT / "cache")
+    backend = TorchBackend(config, retriever=retriever, cache_dir=ROOT / "cache" / "models")
+    seed = config.population.seed_instruction
+    requests = [RolloutRequest("seed", seed, question) for question in inputs.train[: args.questions]]
+    trajectories = [t for group in backend.rollout(requests, args.group) for t in group]
+    samples = [
+        TrainSample(t.payload.prompt_ids, t.payload.response_ids, t.payload.response_mask, (-1.0) ** i)
+        for i, t in enumerate(trajectories)
+        if t.payload is not None and t.payload.response_ids
+    ]
+    return backend, samples
+
+
+def compare_paths(args: argparse.Namespace) -> None:
+    config = config_for("static", args)
+    backend, samples = rollout_samples(config, args)
+    initial = backend.trainer.policy
+    timings: dict[str, list[dict[str, float]]] = {path: [] for path in PATHS}
+    for _ in range(args.repeats):
+        for path in PATHS:
+            policy = copy.deepcopy(initial)
+            trainer = GRPOTrainer(policy, backend.tokenizer, config.grpo, device=backend.device, path=path)
+            timings[path].append(trainer.update(samples).timings)
+            del trainer, policy
+    prompt = sum(len(s.prompt_ids) for s in samples)
+    response = sum(len(s.response_ids) for s in samples)
+    trained = sum(sum(s.response_mask) for s in samples)
+    print(
+        f"{len(samples)} rollouts ({args.questions} questions × G={args.group}), {prompt} prompt + {response} response "
+        f"tokens ({trained} trained), SmolLM2-135M on CPU, {torch.get_num_threads()} thread(s), "
+        f"median of {args.repeats} alternating runs\n"
+    )
+    print("| seconds per step | full path | shared prefix + selective logits | full ÷ shared |\n|---|---:|---:|---:|")
+    for key in ("ref_logprobs", "update", "both"):
+        full, shared = (statistics.median(_phase(t, key) for t in timings[path]) for path in PATHS)
+        print(f"| {key} | {full:.2f} | {shared:.2f} | {full / shared:.2f}× |")
+
+
+def _phase(timings: dict[str, float], key: str) -> float:
+    return timings["ref_logprobs"] + timings["update"] if key == "both" else timings[key]
 
 
 def main() -> None:
@@ -68,7 +130,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--questions", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--paths", action="store_true", help="compare the full and shared-prefix GRPO paths")
+    parser.add_argument("--repeats", type=int, default=3, help="with --paths: alternating runs of each path")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.paths:
+        compare_paths(args)
+        return
     online, static = run("online", args), run("static", args)
     print(f"{args.steps} steps, {args.questions} questions × G={args.group}, SmolLM2-135M on CPU\n")
     print("| seconds per step | INSPO (online) | static baseline |\n|---|---:|---:|")

@@ -3,10 +3,17 @@ it knows token ids and masks, never prompts, instructions, rollouts or rewards' 
 
 Reading order: advantages → per-token log-probs and the loss → batching → learning-rate schedule → the trainer, whose
 `update` runs the four sections of one training step top to bottom.
+
+Log-probs are taken three ways (`TrainPath`), all giving the same numbers: `full` runs the whole model on one padded
+row per sample and a log-softmax over every position (the textbook computation, kept as the reference);
+`selective` runs the model's decoder on the same rows and the output head only where a trained token is predicted
+(`logits.py`); `shared_prefix`, the default, does that on one row per group with the prompt read once (`prefix.py`).
+Old and reference log-probs are stored as rows holding each sample's trained tokens only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -15,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import torch
 from safetensors.torch import load_file
@@ -24,6 +31,8 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from ...config import GRPOConfig
 from ..base import UpdateResult
+from .logits import CausalLMParts, at_least_float32, layer_checkpointing, split_causal_lm, target_logprobs
+from .prefix import Layout, check_sample, grouped_attention, padded_layout, shared_prefix_layout, takes_packed_mask
 from .samples import TrainSample
 
 if TYPE_CHECKING:  # peft is imported only when LoRA is on: it adds seconds to every import of the backend
@@ -37,6 +46,14 @@ LORA_TARGETS = "all-linear"
 """peft's name for every linear layer except the output head: the attention and MLP projections."""
 KL_LOG_RATIO_CLAMP = 20.0
 KL_VALUE_CLAMP = 10.0
+
+FORWARD_TOKENS = 1024
+"""Default most tokens of one training forward/backward pass (`GRPOTrainer.forward_tokens`)."""
+
+TrainPath = Literal["full", "selective", "shared_prefix"]
+"""How log-probs are computed; see the module docstring. All three agree to float32 rounding."""
+
+_T = TypeVar("_T")
 
 
 # -- advantages ------------------------------------------------------------------------------------------------
@@ -82,13 +99,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None
 
 def logits_to_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log π(target | prefix) for each position: `logits` [B, T, V] scores the tokens `targets` [B, T]."""
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    logprobs = torch.log_softmax(at_least_float32(logits), dim=-1)
     return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
 
 
 def logits_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the next-token distribution at each position, [B, T, V] → [B, T]."""
-    logits = logits.float()
+    logits = at_least_float32(logits)
     probs = torch.softmax(logits, dim=-1)
     return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
 
@@ -180,24 +197,13 @@ def collate(samples: Sequence[TrainSample], *, pad_id: int, device: torch.device
     attention_mask = torch.zeros((len(samples), width), dtype=torch.long)
     loss_mask = torch.zeros((len(samples), width - 1), dtype=torch.float32)
     for row, sample in enumerate(samples):
-        _check_sample(sample)
+        check_sample(sample)
         start = len(sample.prompt_ids) - 1  # the log-prob position that scores the first response token
         input_ids[row, : lengths[row]] = torch.tensor(sample.prompt_ids + sample.response_ids, dtype=torch.long)
         attention_mask[row, : lengths[row]] = 1
         loss_mask[row, start : start + len(sample.response_mask)] = torch.tensor(sample.response_mask)
     advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     return TokenBatch(input_ids.to(device), attention_mask.to(device), loss_mask.to(device), advantages.to(device))
-
-
-def _check_sample(sample: TrainSample) -> None:
-    if not sample.prompt_ids:
-        raise ValueError("a training sample needs at least one prompt token")
-    if len(sample.response_mask) != len(sample.response_ids):
-        raise ValueError(
-            f"response_mask has {len(sample.response_mask)} entries for {len(sample.response_ids)} response tokens"
-        )
-    if any(m not in (0, 1) for m in sample.response_mask):
-        raise ValueError("response_mask entries must be 0 or 1")
 
 
 def pad_rows(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
@@ -208,7 +214,60 @@ def pad_rows(rows: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     return out
 
 
-def _chunks(items: Sequence[int], size: int) -> Iterator[list[int]]:
+def row_mask(counts: Sequence[int], *, device: torch.device) -> torch.Tensor:
+    """[len(counts), max(counts)] bool, True on the first counts[i] entries of row i: where `pad_rows` put values."""
+    width = max(counts, default=0)
+    return torch.arange(width, device=device)[None, :] < torch.tensor(list(counts), device=device)[:, None]
+
+
+def spread_rows(rows: Sequence[torch.Tensor], loss_mask: torch.Tensor) -> torch.Tensor:
+    """Trained-token rows back at their places in a padded batch: [B, L − 1], 0 wherever `loss_mask` is 0."""
+    keep = loss_mask != 0
+    return torch.zeros(keep.shape, dtype=rows[0].dtype, device=keep.device).masked_scatter(keep, torch.cat(list(rows)))
+
+
+def prompt_groups(samples: Sequence[TrainSample]) -> list[list[int]]:
+    """Indices of the samples that share a prompt (a question's G rollouts), groups in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, sample in enumerate(samples):
+        groups.setdefault(tuple(sample.prompt_ids), []).append(i)
+    return list(groups.values())
+
+
+def forward_passes(
+    samples: Sequence[TrainSample], micro_size: int, *, budget: int | None, shared: bool
+) -> Iterator[list[int]]:
+    """Sample indices of each forward/backward pass: micro-batches of `micro_size` consecutive samples, each cut
+    into runs of consecutive same-prompt groups holding at most `budget` tokens (a prompt counts once per group when
+    `shared`); a group over budget runs alone. `budget` None: whole micro-batches."""
+    for micro in _chunks(range(len(samples)), micro_size):
+        if budget is None:
+            yield micro
+            continue
+        current: list[int] = []
+        used = 0
+        for group in _consecutive_groups(samples, micro):
+            tokens = sum(len(samples[i].response_ids) for i in group)
+            tokens += len(samples[group[0]].prompt_ids) * (1 if shared else len(group))
+            if current and used + tokens > budget:
+                yield current
+                current, used = [], 0
+            current += group
+            used += tokens
+        yield current
+
+
+def _consecutive_groups(samples: Sequence[TrainSample], indices: list[int]) -> list[list[int]]:
+    groups: list[list[int]] = []
+    for i in indices:
+        if groups and samples[groups[-1][-1]].prompt_ids == samples[i].prompt_ids:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[list[_T]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
 
@@ -236,6 +295,55 @@ def policy_loss(
     )
     with torch.no_grad():
         stats["entropy"] = masked_mean(logits_entropy(logits.detach()), batch.loss_mask).item()
+    return loss, stats
+
+
+def layout_logprobs(parts: CausalLMParts, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π, entropy) of every trained token of `layout`, flat [N] in its order: the decoder runs on the layout's
+    rows, the output head only on the N hidden states that predict a trained token."""
+    if not layout.packed:
+        return _head_logprobs(parts, layout)
+    with grouped_attention(parts.lm) as switched:
+        if not switched:
+            raise NotImplementedError(f"{type(parts.lm).__name__} cannot take the shared-prefix layout's 4-D mask")
+        return _head_logprobs(parts, layout)
+
+
+def _head_logprobs(parts: CausalLMParts, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
+    out = parts.decoder(
+        input_ids=layout.input_ids,
+        attention_mask=layout.attention_mask,
+        position_ids=layout.position_ids,
+        use_cache=False,
+    )
+    hidden: torch.Tensor = out.last_hidden_state
+    return target_logprobs(parts.head, hidden[layout.row, layout.col], layout.targets)
+
+
+def selective_policy_loss(
+    parts: CausalLMParts,
+    layout: Layout,
+    advantages: torch.Tensor,
+    old_rows: Sequence[torch.Tensor] | None,
+    ref_rows: Sequence[torch.Tensor],
+    *,
+    clip_ratio: float,
+    kl_coef: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """`policy_loss` computed on a `Layout`, with old and reference log-probs as trained-token rows.
+
+    Each sample's trained tokens become one left-aligned row of a [B, T] tensor, so `grpo_loss` aggregates exactly
+    as over the padded batch (sequence-mean-token-mean over the trained tokens).
+    """
+    logprobs, entropy = layout_logprobs(parts, layout)
+    mask = row_mask(layout.counts, device=logprobs.device)
+    current = torch.zeros(mask.shape, dtype=logprobs.dtype, device=logprobs.device).masked_scatter(mask, logprobs)
+    width = mask.shape[1]
+    old = current.detach() if old_rows is None else pad_rows(old_rows, width)
+    loss, stats = grpo_loss(
+        current, old, pad_rows(ref_rows, width), advantages, mask.float(), clip_ratio=clip_ratio, kl_coef=kl_coef
+    )
+    stats["entropy"] = entropy.mean().item() if entropy.numel() else 0.0
     return loss, stats
 
 
@@ -295,6 +403,15 @@ class GRPOTrainer:
     disabled — the initial policy, because LoRA starts as a no-op — so no copy is made (an explicit `ref_model`
     still wins). Dropout stays off (eval mode) throughout, so the first mini-batch's ratio is exactly the
     recomputed one.
+
+    `path` picks how log-probs are computed (see `TrainPath`); `shared_prefix` falls back to `selective` for a model
+    that cannot switch to the grouped attention its 4-D mask needs. `self.path` is the one in use. With
+    `checkpoint_layers` the decoder's blocks recompute their activations during backward instead of keeping them:
+    about a third more update time for a fraction of the memory. `forward_tokens` splits each micro-batch further
+    into forward/backward passes of whole groups holding at most that many tokens (a larger group runs alone; None:
+    one pass per micro-batch): the loss and gradient are unchanged, the token-mean statistics (clip fraction, ratio,
+    entropy) are averaged per pass by sample share. Both bound the memory of a pass — and the heap fragmentation
+    that freed activations leave behind, which is what kept the cpu-demo above 4 GB of RSS.
     """
 
     def __init__(
@@ -306,6 +423,9 @@ class GRPOTrainer:
         device: torch.device,
         ref_model: nn.Module | None = None,
         seed: int = 0,
+        path: TrainPath = "shared_prefix",
+        checkpoint_layers: bool = True,
+        forward_tokens: int | None = FORWARD_TOKENS,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -317,6 +437,11 @@ class GRPOTrainer:
         self.peft: PeftModel | None = _wrap_lora(model, config.lora_rank) if config.use_lora else None
         self.policy: nn.Module = self.peft if self.peft is not None else model
         self.policy.eval()
+        self.parts = split_causal_lm(self.policy)
+        shared = path == "shared_prefix" and takes_packed_mask(self.parts.lm)
+        self.path: TrainPath = "selective" if path == "shared_prefix" and not shared else path
+        self.checkpoint_layers = checkpoint_layers
+        self.forward_tokens = forward_tokens
         if ref_model is not None:
             self.ref_model: nn.Module | None = _frozen(ref_model)
         else:
@@ -347,8 +472,8 @@ class GRPOTrainer:
         # 1) Old log-probs: the current policy, recomputed once (so the first mini-batch starts at ratio 1). With a
         #    single mini-batch the policy has not moved when the loss is taken, so they come from that forward pass.
         started = perf_counter()
-        single = len(samples) <= self.batch_sizes()[0]
-        old_rows = None if single else self.logprob_rows(self.policy, samples)
+        minibatches = self.minibatches(samples)
+        old_rows = None if len(minibatches) == 1 else self.logprob_rows(self.policy, samples)
         old_done = perf_counter()
 
         # 2) Reference log-probs for the KL penalty.
@@ -357,7 +482,7 @@ class GRPOTrainer:
 
         # 3) Shuffled mini-batches, gradient accumulated over micro-batches, one optimizer step each.
         lr = float(self.optimizer.param_groups[0]["lr"])
-        metrics = self._optimise(samples, old_rows, ref_rows)
+        metrics = self._optimise(samples, minibatches, old_rows, ref_rows)
 
         # 4) Schedule and bookkeeping.
         self.scheduler.step()
@@ -371,14 +496,25 @@ class GRPOTrainer:
         timings["update"] = perf_counter() - ref_done
         return UpdateResult(metrics=metrics, timings=timings)
 
+    def minibatches(self, samples: Sequence[TrainSample]) -> list[list[int]]:
+        """Sample indices of each mini-batch: whole groups (samples sharing a prompt) in shuffled order,
+        `mini_batch_size` groups each, so a group's rollouts always train together."""
+        groups = prompt_groups(samples)
+        order = torch.randperm(len(groups), generator=self.generator).tolist()
+        chunks = _chunks([groups[g] for g in order], self.config.mini_batch_size)
+        return [[i for group in chunk for i in group] for chunk in chunks]
+
     def _optimise(
-        self, samples: list[TrainSample], old_rows: list[torch.Tensor] | None, ref_rows: list[torch.Tensor]
+        self,
+        samples: list[TrainSample],
+        minibatches: list[list[int]],
+        old_rows: list[torch.Tensor] | None,
+        ref_rows: list[torch.Tensor],
     ) -> dict[str, float]:
-        mini_size, micro_size = self.batch_sizes()
-        order = torch.randperm(len(samples), generator=self.generator).tolist()
+        micro_size = self.batch_sizes()[1]
         totals: dict[str, float] = {}
         steps = skipped = 0
-        for indices in _chunks(order, mini_size):
+        for indices in minibatches:
             stats = self.accumulate(
                 [samples[i] for i in indices],
                 None if old_rows is None else [old_rows[i] for i in indices],
@@ -411,37 +547,73 @@ class GRPOTrainer:
         micro_size: int,
     ) -> dict[str, float]:
         """Zero the gradients, then leave in `.grad` the gradient of the GRPO loss over all `samples`, computed in
-        micro-batches of `micro_size` samples. Each micro-batch's loss (a mean over its trajectories) is weighted by
-        its share of the trajectories, so the result equals one pass over the whole batch. Returns mean statistics.
+        micro-batches of `micro_size` samples (split further by `forward_tokens`). Each pass's loss (a mean over its
+        trajectories) is weighted by its share of the trajectories, so the result equals one pass over the whole
+        batch. Returns mean statistics.
         """
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
-        for indices in _chunks(range(len(samples)), micro_size):
-            batch = collate([samples[i] for i in indices], pad_id=self.pad_id, device=self.device)
-            width = batch.loss_mask.shape[1]
-            loss, stats = policy_loss(
-                self.policy,
-                batch,
-                None if old_rows is None else pad_rows([old_rows[i] for i in indices], width),
-                pad_rows([ref_rows[i] for i in indices], width),
-                clip_ratio=self.config.clip_ratio,
-                kl_coef=self.config.kl_coef,
-            )
-            share = len(indices) / len(samples)
-            torch.autograd.backward(loss * share)
-            for key, value in stats.items():
-                totals[key] = totals.get(key, 0.0) + value * share
+        shared = self.path == "shared_prefix"
+        with self._loss_passes():
+            for indices in forward_passes(samples, micro_size, budget=self.forward_tokens, shared=shared):
+                loss, stats = self._micro_loss(
+                    [samples[i] for i in indices],
+                    None if old_rows is None else [old_rows[i] for i in indices],
+                    [ref_rows[i] for i in indices],
+                )
+                share = len(indices) / len(samples)
+                torch.autograd.backward(loss * share)
+                for key, value in stats.items():
+                    totals[key] = totals.get(key, 0.0) + value * share
         return totals
+
+    @contextlib.contextmanager
+    def _loss_passes(self) -> Iterator[None]:
+        """The settings that must hold through forward *and* backward, since checkpointed blocks rerun in backward:
+        the grouped attention (shared-prefix path) and layer checkpointing (when on)."""
+        with contextlib.ExitStack() as stack:
+            if self.path == "shared_prefix":
+                stack.enter_context(grouped_attention(self.parts.lm))
+            if self.checkpoint_layers:
+                stack.enter_context(layer_checkpointing(self.parts.decoder))
+            yield
+
+    def _micro_loss(
+        self, samples: list[TrainSample], old_rows: list[torch.Tensor] | None, ref_rows: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The GRPO loss of one micro-batch (with gradient) along `self.path`."""
+        clip_ratio, kl_coef = self.config.clip_ratio, self.config.kl_coef
+        if self.path == "full":
+            batch = collate(samples, pad_id=self.pad_id, device=self.device)
+            old = None if old_rows is None else spread_rows(old_rows, batch.loss_mask)
+            ref = spread_rows(ref_rows, batch.loss_mask)
+            return policy_loss(self.policy, batch, old, ref, clip_ratio=clip_ratio, kl_coef=kl_coef)
+        advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=self.device)
+        layout = self.layout(samples)
+        return selective_policy_loss(
+            self.parts, layout, advantages, old_rows, ref_rows, clip_ratio=clip_ratio, kl_coef=kl_coef
+        )
+
+    def layout(self, samples: Sequence[TrainSample]) -> Layout:
+        """`samples` laid out for `self.path` (`selective`: one padded row each; `shared_prefix`: one per group)."""
+        make = shared_prefix_layout if self.path == "shared_prefix" else padded_layout
+        return make(samples, pad_id=self.pad_id, device=self.device)
 
     @torch.no_grad()
     def logprob_rows(self, model: nn.Module, samples: Sequence[TrainSample]) -> list[torch.Tensor]:
-        """Per-sample next-token log-probs under `model` (no gradient), each of length len(prompt + response) − 1,
-        computed in micro-batches."""
+        """Per-sample log-probs under `model` (no gradient) of the sample's trained tokens (response_mask 1), in
+        order, computed in micro-batches along `self.path`."""
         rows: list[torch.Tensor] = []
         for indices in _chunks(range(len(samples)), self.batch_sizes()[1]):
-            batch = collate([samples[i] for i in indices], pad_id=self.pad_id, device=self.device)
-            logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
-            rows += [logprobs[i, :n].clone() for i, n in enumerate(batch.rows)]
+            chunk = [samples[i] for i in indices]
+            if self.path == "full":
+                batch = collate(chunk, pad_id=self.pad_id, device=self.device)
+                logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
+                rows += [logprobs[i][batch.loss_mask[i] != 0] for i in range(len(chunk))]
+            else:
+                layout = self.layout(chunk)
+                flat, _ = layout_logprobs(split_causal_lm(model), layout)
+                rows += list(torch.split(flat, layout.counts))
         return rows
 
     def reference_logprob_rows(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:

@@ -1,0 +1,129 @@
+"""Log-probs and entropies of chosen target tokens from a causal LM's hidden states, with the output head applied
+only to the rows asked for, a chunk of rows at a time, and the decoder's layers checkpointed; it knows models and
+tensors, nothing about samples or losses.
+
+A full-vocabulary float32 log-softmax over every position of a batch is what made a GRPO step on a 49k-vocabulary
+model need gigabytes: here log π(target) = logit[target] − logsumexp(logits), computed for at most
+`LOGIT_CHUNK_ROWS` rows at once. With gradient, each chunk's logits are recomputed in the backward pass
+(activation checkpointing) instead of being kept, so a chunk's logits are the most that ever exists.
+
+`layer_checkpointing` does for the decoder what chunking does for the head: each transformer block keeps only its
+input for backward and recomputes its activations there (about one more forward pass), so a training pass holds one
+hidden state per layer and token instead of every intermediate (≈ 20× less for SmolLM2).
+
+Supported models: transformers causal LMs whose logits are the output head applied to the decoder's last hidden
+state (Llama, Qwen2, Mistral, SmolLM2, …; not models with final logit soft-capping), plain or wrapped by peft.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from transformers import PreTrainedModel
+from transformers.modeling_layers import GradientCheckpointingLayer
+
+LOGIT_CHUNK_ROWS = 512
+"""Most rows whose full-vocabulary logits exist at once (512 × 49,152 float32 ≈ 100 MB for SmolLM2)."""
+
+
+@dataclass(frozen=True)
+class CausalLMParts:
+    """A causal LM split where the loss needs it: the network up to the last hidden state, and the output head."""
+
+    lm: PreTrainedModel
+    """The whole transformers model (in LoRA mode the network peft injected its adapters into)."""
+    decoder: nn.Module
+    """Token ids → `last_hidden_state` [batch, length, hidden]."""
+    head: nn.Module
+    """Hidden states [..., hidden] → logits [..., vocabulary]."""
+
+
+def causal_lm(model: nn.Module) -> PreTrainedModel:
+    """The transformers causal LM inside `model`: `model` itself, or the one a peft wrapper put its adapters into.
+
+    peft injects LoRA layers in place, so running that model's parts runs the adapters, and peft's
+    `disable_adapter()` switches them off there too.
+    """
+    if isinstance(model, PreTrainedModel):
+        return model
+    from peft import PeftModel  # imported only when LoRA is on: it adds seconds to every import of the backend
+
+    if isinstance(model, PeftModel):
+        base = model.get_base_model()
+        if isinstance(base, PreTrainedModel):
+            return base
+    raise TypeError(f"expected a transformers causal LM or a peft wrapper of one, got {type(model).__name__}")
+
+
+def split_causal_lm(model: nn.Module) -> CausalLMParts:
+    """`model`'s decoder and output head (see `causal_lm` for peft-wrapped models)."""
+    lm = causal_lm(model)
+    head = lm.get_output_embeddings()  # type: ignore[no-untyped-call]  # transformers leaves these untyped
+    decoder = lm.get_decoder()  # type: ignore[no-untyped-call]
+    if not isinstance(head, nn.Module) or not isinstance(decoder, nn.Module):
+        raise TypeError(f"{type(lm).__name__} has no separate decoder and output head")
+    return CausalLMParts(lm=lm, decoder=decoder, head=head)
+
+
+def target_logprobs(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, *, chunk_rows: int = LOGIT_CHUNK_ROWS
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π(target), entropy) of each row: `hidden` [N, hidden] are the states that predict `targets` [N].
+
+    Log-probs are float32 (float64 for a float64 model) and carry gradient into `hidden` (and the head's weights)
+    when grad is on; entropies never do. With gradient, each chunk's logits are recomputed during backward rather
+    than stored.
+    """
+    logprobs: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    track = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    for start in range(0, max(hidden.shape[0], 1), chunk_rows):  # no rows: one empty chunk, still in the graph
+        rows, wanted = hidden[start : start + chunk_rows], targets[start : start + chunk_rows]
+        if track:
+            pair = checkpoint(_chunk_logprobs, head, rows, wanted, use_reentrant=False)
+            assert isinstance(pair, tuple)
+            logprob, entropy = pair
+        else:
+            logprob, entropy = _chunk_logprobs(head, rows, wanted)
+        logprobs.append(logprob)
+        entropies.append(entropy)
+    return torch.cat(logprobs), torch.cat(entropies)
+
+
+def at_least_float32(values: torch.Tensor) -> torch.Tensor:
+    """`values` in float32, or as they are when already wider (float64, for exactness checks)."""
+    return values.to(torch.promote_types(values.dtype, torch.float32))
+
+
+def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = at_least_float32(head(hidden))
+    normaliser = torch.logsumexp(logits, dim=-1)
+    logprob = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    with torch.no_grad():
+        expected_logit = (torch.softmax(logits, dim=-1) * logits).sum(-1)
+        entropy = normaliser - expected_logit
+    return logprob, entropy
+
+
+@contextmanager
+def layer_checkpointing(decoder: nn.Module) -> Iterator[int]:
+    """While inside, every repeated block of `decoder` (transformers' `GradientCheckpointingLayer`) is run through
+    non-reentrant activation checkpointing; yields how many blocks that is (0: the model has none, nothing changes).
+
+    The blocks stay in eval mode (no dropout), unlike transformers' own switch, which needs train mode. Run the
+    backward pass inside too, under the same attention implementation as the forward: it recomputes the blocks.
+    """
+    layers = [module for module in decoder.modules() if isinstance(module, GradientCheckpointingLayer)]
+    for layer in layers:  # an instance attribute shadows the class's forward until it is removed again
+        layer.__dict__["forward"] = functools.partial(checkpoint, layer.forward, use_reentrant=False)
+    try:
+        yield len(layers)
+    finally:
+        for layer in layers:
+            layer.__dict__.pop("forward", None)

@@ -1,0 +1,126 @@
+"""Selective logits: log-probs and entropies from chosen hidden states, a chunk of rows at a time, equal to the
+full-vocabulary log-softmax; and the decoder/head split of plain and LoRA-wrapped models."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from inspo_engine.backends.torch.logits import causal_lm, split_causal_lm, target_logprobs
+
+VOCAB = 1000
+
+
+@pytest.fixture
+def head() -> nn.Linear:
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return nn.Linear(32, VOCAB, bias=False)
+
+
+def _rows(n: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, 32, generator=generator) * 3
+    return hidden, torch.randint(0, VOCAB, (n,), generator=generator)
+
+
+def _reference(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    logprobs = torch.log_softmax(head(hidden).float(), dim=-1)
+    entropy = -(logprobs.exp() * logprobs).sum(-1)
+    return logprobs.gather(-1, targets[:, None]).squeeze(-1), entropy
+
+
+def test_log_probs_and_entropies_equal_the_full_log_softmax_at_any_chunk_size(head):
+    hidden, targets = _rows(20)
+    want_logprobs, want_entropy = _reference(head, hidden, targets)
+    for chunk_rows in (1, 7, 20, 512):
+        with torch.no_grad():
+            logprobs, entropy = target_logprobs(head, hidden, targets, chunk_rows=chunk_rows)
+        torch.testing.assert_close(logprobs, want_logprobs, rtol=0.0, atol=1e-5)
+        torch.testing.assert_close(entropy, want_entropy, rtol=0.0, atol=1e-4)
+
+
+def test_gradients_into_the_hidden_states_and_the_head_equal_the_full_computation(head):
+    hidden, targets = _rows(20)
+    weights = torch.randn(20, generator=torch.Generator().manual_seed(2))
+    leaf = hidden.clone().requires_grad_(True)
+    (_reference(head, leaf, targets)[0] * weights).sum().backward()
+    want_hidden, want_head = leaf.grad.clone(), head.weight.grad.clone()
+    head.weight.grad, leaf.grad = None, None
+    logprobs, entropy = target_logprobs(head, leaf, targets, chunk_rows=7)
+    assert logprobs.requires_grad and not entropy.requires_grad
+    (logprobs * weights).sum().backward()
+    torch.testing.assert_close(leaf.grad, want_hidden, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(head.weight.grad, want_head, rtol=1e-5, atol=1e-6)
+
+
+def test_the_head_never_sees_more_than_a_chunk_of_rows_and_reruns_each_chunk_once_in_backward(head):
+    hidden, targets = _rows(20)
+    seen: list[int] = []
+    handle = head.register_forward_hook(lambda _module, inputs, _output: seen.append(inputs[0].shape[0]))
+    try:
+        logprobs, _ = target_logprobs(head, hidden.requires_grad_(True), targets, chunk_rows=8)
+        assert seen == [8, 8, 4]
+        logprobs.sum().backward()
+    finally:
+        handle.remove()
+    assert sorted(seen) == sorted([8, 8, 4] * 2)  # the logits were recomputed, not kept
+
+
+def test_no_rows_give_empty_results_that_still_backpropagate(head):
+    hidden = torch.zeros(0, 32, requires_grad=True)
+    logprobs, entropy = target_logprobs(head, hidden, torch.zeros(0, dtype=torch.long))
+    assert logprobs.shape == entropy.shape == (0,)
+    logprobs.sum().backward()
+    assert hidden.grad is not None and hidden.grad.shape == (0, 32)
+
+
+# -- splitting a causal LM -------------------------------------------------------------------------------------
+
+
+def _tiny_llama() -> LlamaForCausalLM:
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+
+def _split_logits(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    parts = split_causal_lm(model)
+    return parts.head(parts.decoder(input_ids=ids).last_hidden_state)
+
+
+def test_the_decoder_then_the_head_give_the_models_own_logits():
+    model = _tiny_llama()
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(_split_logits(model, ids), model(input_ids=ids).logits, rtol=0.0, atol=0.0)
+    assert split_causal_lm(model).head is model.lm_head
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # inside peft
+def test_a_lora_wrapped_model_splits_into_its_adapted_decoder_and_the_disabled_adapters_still_apply():
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(_tiny_llama(), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    with torch.no_grad():
+        for name, param in wrapped.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.5)
+    assert causal_lm(wrapped) is wrapped.get_base_model()
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        adapted = wrapped(input_ids=ids).logits
+        torch.testing.assert_close(_split_logits(wrapped, ids), adapted, rtol=0.0, atol=0.0)
+        with wrapped.disable_adapter():
+            plain = wrapped(input_ids=ids).logits
+            torch.testing.assert_close(_split_logits(wrapped, ids), plain, rtol=0.0, atol=0.0)
+    assert (adapted - plain).abs().max() > 1e-3
+
+
+def test_a_module_that_is_not_a_causal_lm_is_refused():
+    with pytest.raises(TypeError, match="expected a transformers causal LM"):
+        split_causal_lm(nn.Linear(2, 2))
