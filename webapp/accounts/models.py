@@ -51,6 +51,24 @@ class Membership(models.Model):
         return f"{self.user} in {self.team} ({self.role})"
 
 
+class Invitation(models.Model):
+    """An owner's invitation for a user to join a team; the user becomes a member only by accepting it. Adding by
+    username goes through these, so the owner's answer is the same whether or not the name belongs to anyone."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="invitations")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        constraints = (models.UniqueConstraint(fields=["team", "user"], name="one_invitation_per_user_and_team"),)
+
+    def __str__(self) -> str:
+        return f"{self.user} invited to {self.team} ({self.role})"
+
+
 class ApiToken(models.Model):
     """A personal API token. Only its SHA-256 is stored, so the token itself is shown once, when it is made."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404
 
-from .models import ApiToken, Membership, Role, Team, TeamSecret, User
+from .models import ApiToken, Invitation, Membership, Role, Team, TeamSecret, User
 from .permissions import AnyUser
 
 
@@ -35,8 +35,9 @@ def api_token_list(*, user: User) -> QuerySet[ApiToken]:
     return ApiToken.objects.filter(user=user).order_by("-created_at")
 
 
-def user_find(*, username: str) -> User | None:
-    return User.objects.filter(username=username, is_active=True).first()
+def invitation_list(*, user: User) -> QuerySet[Invitation]:
+    """The invitations waiting for the user's answer (an owner never sees whom an invitation reached)."""
+    return Invitation.objects.filter(user=user).select_related("team", "invited_by").order_by("-created_at")
 
 
 def team_secret_list(*, team: Team) -> QuerySet[TeamSecret]:

@@ -13,7 +13,7 @@ from django.utils.text import slugify
 from webapp.core.errors import Conflict, InvalidInput
 
 from .authentication import token_digest
-from .models import ApiToken, Membership, Role, Team, TeamSecret, User
+from .models import ApiToken, Invitation, Membership, Role, Team, TeamSecret, User
 from .permissions import require_role
 from .secrets import secret_seal
 
@@ -46,36 +46,79 @@ def team_create(*, name: str, slug: str | None = None, owner: User | None = None
 
 
 def membership_set(*, team: Team, user: User, role: Role, by: User | None) -> Membership:
-    """Add the user to the team or change their role. `by` must be an owner (None: the system, e.g. a command)."""
+    """Add the user to the team or change their role. `by` must be an owner (None: the system, e.g. a command).
+    Owners add people through `member_invite`; this adds directly."""
     if by is not None:
         require_role(by, team, Role.OWNER)
     with transaction.atomic():
+        owners = _lock_owners(team)
         membership, _ = Membership.objects.select_for_update().get_or_create(
             team=team, user=user, defaults={"role": role}
         )
         if membership.role != role:
             if membership.role == Role.OWNER:
-                _keep_an_owner(team, leaving=user)
+                _keep_an_owner(team, owners, leaving=user)
             membership.role = role
             membership.save(update_fields=["role"])
+        Invitation.objects.filter(team=team, user=user).delete()
     return membership
 
 
 def membership_remove(*, team: Team, user: User, by: User) -> None:
     require_role(by, team, Role.OWNER)
     with transaction.atomic():
+        owners = _lock_owners(team)
         membership = Membership.objects.select_for_update().filter(team=team, user=user).first()
         if membership is None:
             raise Http404("not a member")
         if membership.role == Role.OWNER:
-            _keep_an_owner(team, leaving=user)
+            _keep_an_owner(team, owners, leaving=user)
         membership.delete()
 
 
-def _keep_an_owner(team: Team, *, leaving: User) -> None:
-    others = Membership.objects.filter(team=team, role=Role.OWNER).exclude(user=leaving)
-    if not others.exists():
+def _lock_owners(team: Team) -> list[Membership]:
+    """Lock every owner row of the team, in one order, until the transaction ends. Two owners demoting or removing
+    each other at once then take turns: the second sees the first's change and finds no other owner."""
+    return list(Membership.objects.select_for_update().filter(team=team, role=Role.OWNER).order_by("pk"))
+
+
+def _keep_an_owner(team: Team, owners: list[Membership], *, leaving: User) -> None:
+    if not any(owner.user_id != leaving.pk for owner in owners):
         raise Conflict(f"{team.name} needs at least one other owner first")
+
+
+def member_add(*, team: Team, username: str, role: Role, by: User) -> Membership | None:
+    """What an owner's "add a member" does. A current member gets the role at once (the owner sees the members
+    anyway). Anyone else is invited: the user joins by accepting. Returns None then, whether or not an active user
+    of that name exists, so that the answer tells nothing about other people's accounts."""
+    require_role(by, team, Role.OWNER)
+    username = username.strip()
+    member = Membership.objects.filter(team=team, user__username=username).select_related("user").first()
+    if member is not None:
+        return membership_set(team=team, user=member.user, role=role, by=by)
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is not None:
+        Invitation.objects.update_or_create(team=team, user=user, defaults={"role": role, "invited_by": by})
+    return None
+
+
+def invitation_accept(*, invitation_id: int, user: User) -> Membership:
+    """The invited user joins the team with the invitation's role; 404 for anyone else's invitation."""
+    with transaction.atomic():
+        invitation = Invitation.objects.select_for_update().filter(pk=invitation_id, user=user).first()
+        if invitation is None:
+            raise Http404("no such invitation")
+        membership, _ = Membership.objects.get_or_create(
+            team=invitation.team, user=user, defaults={"role": invitation.role}
+        )
+        invitation.delete()
+    return membership
+
+
+def invitation_decline(*, invitation_id: int, user: User) -> None:
+    deleted, _ = Invitation.objects.filter(pk=invitation_id, user=user).delete()
+    if not deleted:
+        raise Http404("no such invitation")
 
 
 def api_token_create(*, user: User, name: str) -> tuple[ApiToken, str]:

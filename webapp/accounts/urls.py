@@ -1,4 +1,4 @@
-"""URLs of accounts: sign-in and sign-out, API tokens, team members; and the teams API (with stored keys)."""
+"""URLs of accounts: sign-in and sign-out, API tokens, team members and invitations; the teams API (and keys)."""
 
 from django.urls import path
 
@@ -16,6 +16,9 @@ urlpatterns = [
     path("logout/", views.SignOutView.as_view(), name="logout"),
     path("tokens/", views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke/", views.token_revoke, name="token-revoke"),
+    path("invitations/", views.invitation_list, name="invitations"),
+    path("invitations/<int:id>/accept/", views.invitation_answer, {"answer": "accept"}, name="invitation-accept"),
+    path("invitations/<int:id>/decline/", views.invitation_answer, {"answer": "decline"}, name="invitation-decline"),
     path("teams/<slug:slug>/", views.team_members, name="team"),
     path("teams/<slug:slug>/members/<int:user_id>/remove/", views.member_remove, name="member-remove"),
 ]

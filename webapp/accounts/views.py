@@ -14,7 +14,7 @@ from webapp.core.errors import ServiceError
 
 from . import selectors, services
 from .forms import MemberForm, TokenForm
-from .models import Role, User
+from .models import Role, Team, User
 from .permissions import acting_user, require_role, role_of
 
 
@@ -61,18 +61,17 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         require_role(me, team, Role.OWNER)
         if form.is_valid():
-            member = selectors.user_find(username=form.cleaned_data["username"])
-            role = Role(form.cleaned_data["role"])
-            if member is None:
-                form.add_error("username", "no such user")
+            username, role = form.cleaned_data["username"], Role(form.cleaned_data["role"])
+            try:
+                member = services.member_add(team=team, username=username, role=role, by=me)
+            except ServiceError as error:
+                messages.error(request, error.message)
             else:
-                try:
-                    services.membership_set(team=team, user=member, role=role, by=me)
-                except ServiceError as error:
-                    messages.error(request, error.message)
+                if member is not None:
+                    messages.success(request, f"{member.user.username} is now {role.value} of {team.name}.")
                 else:
-                    messages.success(request, f"{member.username} is now {role.value} of {team.name}.")
-                    return redirect("accounts:team", slug=team.slug)
+                    messages.success(request, invitation_message(username=username, team=team, role=role))
+                return redirect("accounts:team", slug=team.slug)
     context = {
         "team": team,
         "role": role_of(me, team),
@@ -81,6 +80,33 @@ def team_members(request: HttpRequest, slug: str) -> HttpResponse:
         "form": form,
     }
     return render(request, "accounts/team.html", context, status=400 if form.errors else 200)
+
+
+def invitation_message(*, username: str, team: Team, role: Role) -> str:
+    """The one answer to inviting a non-member, the same whether or not the account exists."""
+    return (
+        f"If {username!r} is an active account, it is invited to {team.name} as {role.value}; "
+        "it joins when it accepts on its Invitations page."
+    )
+
+
+@login_required
+def invitation_list(request: HttpRequest) -> HttpResponse:
+    me = acting_user(request)
+    return render(request, "accounts/invitations.html", {"invitations": selectors.invitation_list(user=me)})
+
+
+@login_required
+@require_POST
+def invitation_answer(request: HttpRequest, id: int, answer: str) -> HttpResponse:
+    me = acting_user(request)
+    if answer == "accept":
+        membership = services.invitation_accept(invitation_id=id, user=me)
+        messages.success(request, f"You joined {membership.team.name} as {membership.role}.")
+    else:
+        services.invitation_decline(invitation_id=id, user=me)
+        messages.success(request, "Invitation declined.")
+    return redirect("accounts:invitations")
 
 
 @login_required

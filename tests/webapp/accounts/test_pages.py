@@ -1,4 +1,4 @@
-"""Sign-in and sign-out pages, the team page for owners, and the create_team_user command."""
+"""Sign-in and sign-out pages, the team page for owners, invitations, and the create_team_user command."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.factories import UserFactory
-from webapp.accounts.models import Membership, User
+from webapp.accounts.models import Invitation, Membership, User
 
 pytestmark = pytest.mark.django_db
 
@@ -29,14 +29,27 @@ def test_sign_in_then_sign_out(alice):
     assert client.get(reverse("runs:list")).status_code == 302
 
 
-def test_an_owner_adds_a_member_from_the_team_page(alice, alice_team):
+def test_an_owner_invites_from_the_team_page_and_the_answer_never_tells_if_the_name_exists(alice, alice_team):
     UserFactory(username="nora")
     client = Client()
     client.force_login(alice)
     team = reverse("accounts:team", kwargs={"slug": alice_team.slug})
-    assert client.post(team, {"username": "nora", "role": "member"}).status_code == 302
+    answers = {}
+    for name in ("nora", "ghost"):
+        response = client.post(team, {"username": name, "role": "member"}, follow=True)
+        page = response.content.decode().replace(name, "NAME")
+        answers[name] = (response.redirect_chain, re.sub(r'name="csrfmiddlewaretoken" value="[^"]+"', "", page))
+    assert answers["nora"] == answers["ghost"]
+    assert "invited to Alice&#x27;s team as member" in answers["nora"][1]
+    assert not Membership.objects.filter(user__username="nora").exists()
+
+    nora = Client()
+    nora.force_login(User.objects.get(username="nora"))
+    listed = nora.get(reverse("accounts:invitations"))
+    assert b"Alice&#x27;s team" in listed.content and b"Invitations (1)" in listed.content
+    invitation = Invitation.objects.get(user__username="nora")
+    assert nora.post(reverse("accounts:invitation-accept", args=[invitation.pk])).status_code == 302
     assert Membership.objects.get(user__username="nora").role == "member"
-    assert client.post(team, {"username": "ghost", "role": "member"}).status_code == 400
 
 
 def test_create_team_user_prints_a_new_password_once():
