@@ -4,8 +4,10 @@ from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.http import HttpRequest
 
+from .forms import AdminSignInForm
 from .models import ApiToken, Membership, Team, User
 
+admin.site.login_form = AdminSignInForm
 admin.site.register(User, UserAdmin)
 
 

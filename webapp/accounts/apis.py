@@ -31,7 +31,7 @@ class TeamListApi(APIView):
 
 class TeamSecretOutput(serializers.Serializer[Any]):
     name = serializers.CharField()
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)  # type: ignore[var-annotated]
+    created_by = serializers.CharField(source="created_by.username", read_only=True, allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

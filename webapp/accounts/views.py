@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import NON_FIELD_ERRORS
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -13,14 +16,23 @@ from django.views.decorators.http import require_POST
 from webapp.core.errors import ServiceError
 
 from . import selectors, services
-from .forms import MemberForm, TokenForm
+from .forms import RATE_LIMITED, MemberForm, SignInForm, TokenForm
 from .models import Role, Team, User
 from .permissions import acting_user, require_role, role_of
 
 
 class SignInView(auth_views.LoginView):
+    """Sign-in; an address that failed too often gets a 429 with the form saying how long to wait."""
+
     template_name = "accounts/login.html"
     redirect_authenticated_user = True
+    authentication_form = SignInForm
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        response = super().form_invalid(form)
+        if form.has_error(NON_FIELD_ERRORS, code=RATE_LIMITED):
+            response.status_code = 429
+        return response
 
 
 class SignOutView(auth_views.LogoutView):

@@ -85,6 +85,8 @@ INSPO_RUNS_DIR = env_path("INSPO_RUNS_DIR", BASE_DIR / "runs")
 INSPO_DATA_DIR = env_path("INSPO_DATA_DIR", BASE_DIR / "data")
 """Datasets, corpora and models that configs may name: each team's under teams/<team id>/ (relative paths resolve
 there), shared ones under INSPO_SHARED_DATA_DIR; paths anywhere else are refused."""
+INSPO_ARCHIVE_DIR = env_path("INSPO_ARCHIVE_DIR", STATE_DIR / "archives")
+"""Checkpoint archives, each built once on its first download and then sent as a file (see INSPO_ARCHIVE_SERVE)."""
 STATE_DIR.mkdir(parents=True, exist_ok=True)
 
 
@@ -105,14 +107,68 @@ SECRET_KEY = _secret_key()
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
-SECURE_COOKIES = env_bool("DJANGO_SECURE_COOKIES", False)
-SESSION_COOKIE_SECURE = SECURE_COOKIES
-CSRF_COOKIE_SECURE = SECURE_COOKIES
-SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if SECURE_COOKIES else None
 X_FRAME_OPTIONS = "DENY"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440, minimum=1024)
 """The largest request body (bytes) read into memory; a larger one is refused, with 413 and a JSON message on the
 API."""
+
+# -- HTTPS, headers and rate limits -----------------------------------------------------------------------------
+
+HTTPS = env_bool("DJANGO_HTTPS", False)
+"""The site is served over HTTPS only, by a TLS proxy in front that sets X-Forwarded-Proto (docker-compose's
+`proxy`): plain HTTP is redirected, HSTS is sent, cookies are secure. `manage.py check --deploy` passes with it."""
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", HTTPS)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", HTTPS)
+SECURE_REFERRER_POLICY = "same-origin"
+
+DEFAULT_CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "font-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+CONTENT_SECURITY_POLICY = env_str("DJANGO_CONTENT_SECURITY_POLICY", DEFAULT_CONTENT_SECURITY_POLICY).strip()
+"""Sent on every response (empty: none). Scripts only from the site's own files: the pages, the dashboards'
+bundle and the API docs have no inline script; inline styles stay allowed (the charts' tooltips set them)."""
+
+_RATE = re.compile(r"\d+/(s|sec|second|m|min|minute|h|hour|d|day)")
+
+
+def env_rate(name: str, default: str) -> str | None:
+    """A DRF throttle rate, 'N/s|m|h|d' (also /min, /hour, /day); 'off' turns that limit off."""
+    raw = os.environ.get(name, default).strip()
+    if raw.lower() == "off":
+        return None
+    if not _RATE.fullmatch(raw):
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a rate such as 1200/min, or off")
+    return raw
+
+
+INSPO_API_RATE_USER = env_rate("INSPO_API_RATE_USER", "1200/min")
+"""API requests one user (session or token) may make; beyond it a 429 with Retry-After and a JSON message."""
+INSPO_API_RATE_ANON = env_rate("INSPO_API_RATE_ANON", "60/min")
+"""Unauthenticated API requests one client address may make."""
+NUM_PROXIES = env_int("DJANGO_NUM_PROXIES", 0)
+"""Proxies in front of the app that append to X-Forwarded-For (docker-compose: 1). Rate limits count the address
+that many hops back; with 0 the connection's own address, so a client cannot choose its address by a header."""
+INSPO_SIGNIN_MAX_FAILURES = env_int("INSPO_SIGNIN_MAX_FAILURES", 5, minimum=1)
+"""Failed sign-ins for one username from one address before that pair is refused for INSPO_SIGNIN_WINDOW_S."""
+INSPO_SIGNIN_MAX_FAILURES_PER_ADDRESS = env_int("INSPO_SIGNIN_MAX_FAILURES_PER_ADDRESS", 50, minimum=1)
+"""Failed sign-ins from one address, over all usernames, before the address is refused for the window."""
+INSPO_SIGNIN_WINDOW_S = env_int("INSPO_SIGNIN_WINDOW_S", 900, minimum=1)
+
+CACHE_URL = os.environ.get("DJANGO_CACHE_URL", "")
+"""redis://… for a cache the web processes share (rate limits count across them); empty: each process its own."""
+if CACHE_URL and not CACHE_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(f"DJANGO_CACHE_URL={CACHE_URL!r}: expected a redis:// URL or nothing")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}
+    if CACHE_URL
+    else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "inspo"}
+}
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -124,12 +180,14 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "webapp.accounts",
     "webapp.runs",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.core.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -228,6 +286,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "webapp.core.api.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {"anon": INSPO_API_RATE_ANON, "user": INSPO_API_RATE_USER},
+    "NUM_PROXIES": NUM_PROXIES,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -238,6 +302,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI's files come from the drf-spectacular-sidecar package, served as the site's static files.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # -- Celery -----------------------------------------------------------------------------------------------------
@@ -362,6 +430,18 @@ INSPO_ALLOW_PRIVATE_HOSTS = env_list("INSPO_ALLOW_PRIVATE_HOSTS", [])
 retriever or vLLM): 'host' or 'host:port'. Default: none."""
 INSPO_SHARED_DATA_DIR = env_path("INSPO_SHARED_DATA_DIR", INSPO_DATA_DIR / "shared")
 """Read-only data every team may name (corpora, models); each team's own files live in INSPO_DATA_DIR/teams/<id>."""
+
+_ARCHIVE_SERVERS = ("django", "x-accel-redirect", "x-sendfile")
+INSPO_ARCHIVE_SERVE = env_str("INSPO_ARCHIVE_SERVE", "django")
+"""Who sends a checkpoint archive's bytes: `django` (a file response with Range support; holds a web thread while
+it sends), `x-accel-redirect` (nginx in front sends INSPO_ARCHIVE_ACCEL_PREFIX + the file's path under
+INSPO_ARCHIVE_DIR; docker-compose's proxy) or `x-sendfile` (Apache's mod_xsendfile, lighttpd: the absolute path)."""
+if INSPO_ARCHIVE_SERVE not in _ARCHIVE_SERVERS:
+    raise ImproperlyConfigured(f"INSPO_ARCHIVE_SERVE={INSPO_ARCHIVE_SERVE!r}: one of {', '.join(_ARCHIVE_SERVERS)}")
+INSPO_ARCHIVE_ACCEL_PREFIX = env_str("INSPO_ARCHIVE_ACCEL_PREFIX", "/_archives/")
+"""The proxy's internal location that maps to INSPO_ARCHIVE_DIR (docker-compose's nginx config)."""
+INSPO_ARCHIVE_MAX_BYTES = env_int("INSPO_ARCHIVE_MAX_BYTES", 200 * 2**30)
+"""Room for built archives; building one more deletes the oldest until it fits (0: no limit)."""
 
 INSPO_TEAM_MAX_ACTIVE_RUNS = env_int("INSPO_TEAM_MAX_ACTIVE_RUNS", 4, minimum=0)
 """Runs a team may have queued, running or cancelling at once; one more submission, clone or resume is refused
