@@ -23,10 +23,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     INSPO_STATE_DIR=/var/lib/inspo/state \
     INSPO_RUNS_DIR=/var/lib/inspo/runs \
     INSPO_CACHE_DIR=/var/lib/inspo/cache \
+    INSPO_ARCHIVE_DIR=/var/lib/inspo/archives \
     DJANGO_STATIC_ROOT=/app/staticfiles
 
 WORKDIR /app
-RUN useradd --create-home --uid 1000 inspo && mkdir -p /var/lib/inspo && chown inspo /var/lib/inspo
+# The volumes mount over these folders and take their owner: the app's user writes runs, caches and archives.
+RUN useradd --create-home --uid 1000 inspo \
+ && mkdir -p /var/lib/inspo/state /var/lib/inspo/runs /var/lib/inspo/cache /var/lib/inspo/archives \
+ && chown -R inspo /var/lib/inspo
 
 COPY requirements/ requirements/
 RUN pip install --extra-index-url "$TORCH_INDEX" -r requirements/engine.txt -r requirements/web.txt \
@@ -44,4 +48,4 @@ RUN pip install --no-deps --no-build-isolation -e . \
 
 USER inspo
 EXPOSE 8000
-CMD ["gunicorn", "webapp.config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+CMD ["gunicorn", "webapp.config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]

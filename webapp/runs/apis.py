@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.http import Http404, HttpResponse, StreamingHttpResponse
+from django.conf import settings
+from django.http import Http404, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
@@ -18,11 +19,12 @@ from rest_framework.views import APIView
 from webapp.accounts.models import Team, User
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_get, team_list
-from webapp.core.errors import Gone, InvalidInput
+from webapp.core.errors import InvalidInput
+from webapp.core.files import file_response
 from webapp.core.text import has_nul
 
 from . import selectors, services
-from .archives import archive_files, archive_size, archive_stream, policy_directory
+from .archives import checkpoint_archive
 from .configs import PRESET_NAMES, config_compose
 from .models import Checkpoint, EvaluationRequest, Run
 
@@ -367,25 +369,26 @@ class PopulationExportApi(APIView):
 
 class CheckpointArchiveApi(APIView):
     @extend_schema(
-        responses={(200, "application/x-tar"): OpenApiTypes.BINARY},
+        responses={(200, "application/x-tar"): OpenApiTypes.BINARY, (206, "application/x-tar"): OpenApiTypes.BINARY},
         operation_id="runs_checkpoint_archive",
         description="The checkpoint's Hugging Face directory as an uncompressed tar; its sha256 is the "
-        "checkpoint's `sha256`.",
+        "checkpoint's `sha256`. Built once on the first download, then sent as a file: `Range` requests resume.",
     )
-    def get(self, request: Request, run_id: str, checkpoint_id: int) -> StreamingHttpResponse:
+    def get(self, request: Request, run_id: str, checkpoint_id: int) -> HttpResponseBase:
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
         checkpoint = selectors.checkpoint_get(run=run, checkpoint_id=checkpoint_id)
-        directory = policy_directory(checkpoint.path)
-        if not checkpoint.available or not directory.is_dir():
-            raise Gone(f"the files of the checkpoint of step {checkpoint.step} are gone")
-        files = archive_files(directory, Path(checkpoint.path).name, root=selectors.run_directory(run_id=run.pk))
-        response = StreamingHttpResponse(archive_stream(files), content_type="application/x-tar")
-        response["Content-Length"] = str(archive_size(files))
-        if checkpoint.sha256:
-            response["ETag"] = f'"{checkpoint.sha256}"'
-        _attachment(response, f"{run.pk}-step-{checkpoint.step:06d}.tar")
-        return response
+        built = checkpoint_archive(checkpoint=checkpoint, run_directory=selectors.run_directory(run_id=run.pk))
+        return file_response(
+            request,
+            built.path,
+            filename=f"{run.pk}-step-{checkpoint.step:06d}.tar",
+            content_type="application/x-tar",
+            etag=checkpoint.sha256,
+            serve=settings.INSPO_ARCHIVE_SERVE,
+            root=Path(settings.INSPO_ARCHIVE_DIR),
+            accel_prefix=settings.INSPO_ARCHIVE_ACCEL_PREFIX,
+        )
 
 
 # -- comparing runs ----------------------------------------------------------------------------------------------

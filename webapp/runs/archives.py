@@ -1,19 +1,34 @@
-"""Checkpoint archives: a byte-for-byte reproducible tar of a checkpoint's policy directory, streamed in chunks.
+"""Checkpoint archives: a byte-for-byte reproducible tar of a checkpoint's policy directory.
 
-The worker hashes the stream when the checkpoint is saved; the download endpoint streams the same bytes, so the
-stored sha256 is the digest of exactly what a user receives.
+The worker hashes the tar's bytes when the checkpoint is saved. The first download writes the same bytes once to a
+file under INSPO_ARCHIVE_DIR (checked against that sha256); every download is then that file, sent by the proxy in
+front or as a file response with Range support, so the stored sha256 is the digest of exactly what a user receives.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
+import json
+import logging
+import os
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from django.conf import settings
 
 from inspo_engine.coevolution import POLICY_DIR
-from webapp.core.errors import Conflict
+from webapp.core.errors import Conflict, Gone
+
+if TYPE_CHECKING:
+    from .models import Checkpoint
+
+log = logging.getLogger(__name__)
 
 BLOCK = tarfile.BLOCKSIZE
 CHUNK = 1 << 20
@@ -116,3 +131,88 @@ def archive_digest(files: list[ArchiveFile]) -> ArchiveDigest:
         manifest.append({"name": file.name, "bytes": file.size, "sha256": own.hexdigest()})
     whole.update(END_OF_ARCHIVE)
     return ArchiveDigest(whole.hexdigest(), size + len(END_OF_ARCHIVE), manifest)
+
+
+# -- built archives: written once, then sent as files -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuiltArchive:
+    path: Path
+    size: int
+
+
+def archive_key(files: list[ArchiveFile], sha256: str) -> str:
+    """Names one archive's contents: every file's name, size and modification time, and the recorded digest. Files
+    rewritten under the same checkpoint give a new key, so a stale archive is never sent."""
+    stats = [(f.name, f.size, f.path.stat().st_mtime_ns) for f in files]
+    return hashlib.sha256(json.dumps([sha256, stats]).encode()).hexdigest()[:32]
+
+
+def archive_write(files: list[ArchiveFile], destination: Path, *, expected_sha256: str = "") -> BuiltArchive:
+    """Write the archive to `destination` atomically (a temporary file beside it, then a rename), readable by the
+    proxy. With `expected_sha256`, bytes that differ from it are refused and nothing is left behind."""
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    digest, size = hashlib.sha256(), 0
+    handle, temporary = tempfile.mkstemp(dir=destination.parent, prefix=".building-", suffix=".tar")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            for part in archive_stream(files):
+                out.write(part)
+                digest.update(part)
+                size += len(part)
+        if expected_sha256 and digest.hexdigest() != expected_sha256:
+            raise ArchiveChanged("the checkpoint's files changed since it was saved (their sha256 differs)")
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, destination)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return BuiltArchive(destination, size)
+
+
+class ArchiveChanged(Conflict):
+    """The checkpoint's files no longer hash to the digest recorded when it was saved."""
+
+
+def archive_evict(directory: Path, *, room_for: int, max_bytes: int) -> int:
+    """Delete the oldest built archives until `room_for` more bytes fit in `max_bytes` (0: no limit). A file being
+    sent stays readable to whoever has it open. Returns how many were deleted."""
+    if not max_bytes or not directory.is_dir():
+        return 0
+    built = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in directory.glob("*/*.tar"))
+    total, deleted = sum(size for _, size, _ in built), 0
+    for _, size, path in built:
+        if total + room_for <= max_bytes:
+            break
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+            deleted += 1
+        total -= size
+    return deleted
+
+
+def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path) -> BuiltArchive:
+    """The checkpoint's archive as a file under INSPO_ARCHIVE_DIR/<run id>/, built on first use. Concurrent first
+    downloads build it once (a lock per archive). Refuses a checkpoint whose files are gone (410), lead outside the
+    run's directory or changed since they were hashed (409)."""
+    directory = policy_directory(checkpoint.path)
+    if not checkpoint.available or not directory.is_dir():
+        raise Gone(f"the files of the checkpoint of step {checkpoint.step} are gone")
+    files = archive_files(directory, Path(checkpoint.path).name, root=run_directory)
+    root = Path(settings.INSPO_ARCHIVE_DIR)
+    path = root / str(checkpoint.run_id) / f"{checkpoint.pk}-{archive_key(files, checkpoint.sha256)}.tar"
+    if path.is_file():
+        return BuiltArchive(path, path.stat().st_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return BuiltArchive(path, path.stat().st_size)
+        archive_evict(root, room_for=archive_size(files), max_bytes=settings.INSPO_ARCHIVE_MAX_BYTES)
+        for stale in path.parent.glob(f"{checkpoint.pk}-*.tar"):
+            stale.unlink(missing_ok=True)  # an archive of this checkpoint's earlier files
+        built = archive_write(files, path, expected_sha256=checkpoint.sha256)
+    log.info("built the archive of checkpoint %s (%d bytes)", checkpoint.pk, built.size)
+    return built
