@@ -1,12 +1,13 @@
-"""The Content-Security-Policy holds in a real browser: signing in and Swagger UI (the sidecar's files and its
-start script) work with no violation and no console error. The dashboards run under the same policy in
-test_dashboards_e2e.py, which fails on any console error."""
+"""The Content-Security-Policy holds in a real browser: signing in, Swagger UI (the sidecar's files and its start
+script) and the dashboards' charts with their tooltips work with no violation and no console error. The whole
+dashboards flow runs under the same policy in test_dashboards_e2e.py, which fails on any console error."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.browser import test_dashboards_e2e as e2e
+from tests.factories import RunFactory, StepMetricFactory
 
 browser = e2e.browser  # the chromium fixture
 
@@ -33,3 +34,13 @@ def test_sign_in_and_the_api_docs_work_under_the_policy(browser, live_server, al
     page.locator(".opblock-summary").first.click()
     page.locator(".opblock-body").first.wait_for()
     pages.assert_no_errors("sign-in and API docs")
+    for step in (1, 2, 3):
+        StepMetricFactory(run=RunFactory(team=alice.memberships.get().team, name=f"run {step}"), step=step)
+    runs = "&".join(f"runs={pk}" for pk in RunFactory._meta.model.objects.values_list("pk", flat=True))
+    pages.goto(f"/compare/?{runs}")
+    chart = page.locator('[data-testid="chart-compare-reward_mean"] canvas').first
+    chart.wait_for()
+    box = chart.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)  # the tooltip sets inline styles
+    page.wait_for_timeout(300)
+    pages.assert_no_errors("the compare page's charts")
