@@ -93,6 +93,7 @@ def build_run(
     sink: EventSink,
     api_key: str | None = None,
     should_stop: Callable[[], bool] = lambda: False,
+    owns_run: Callable[[], bool] = lambda: True,
     backend: PolicyBackend | None = None,
     retriever_policy: NetPolicy | None = None,
     optimizer_policy: NetPolicy | None = None,
@@ -112,6 +113,7 @@ def build_run(
         out_dir=out_dir,
         eval_sets=inputs.eval_sets,
         should_stop=should_stop,
+        owns_run=owns_run,
     )
 
 

@@ -37,6 +37,8 @@ from .events import (
     RunFailed,
     RunFinished,
     RunStarted,
+    RunSuperseded,
+    StageStarted,
     StepCompleted,
     TrajectoriesSampled,
 )
@@ -118,7 +120,11 @@ class CoEvolution:
         out_dir: Path | None = None,
         eval_sets: Mapping[str, Sequence[Question]] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
+        owns_run: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`should_stop` is asked after every step (True: stop there, with a checkpoint). `owns_run` is asked
+        before every checkpoint write: False means another process has taken the run over, and the loop raises
+        RunSuperseded instead of writing."""
         config.validate()
         if not train_questions:
             raise ValueError("no training questions")
@@ -132,6 +138,7 @@ class CoEvolution:
         self.out_dir = out_dir
         self.eval_sets = dict(eval_sets or {})
         self.should_stop = should_stop
+        self.owns_run = owns_run
         pop = config.population
         self.population = Population(
             max_size=pop.population_size,
@@ -168,6 +175,8 @@ class CoEvolution:
                 self._initialise_population()
             status = self._run_phases()
             return self._finish(status)
+        except RunSuperseded:
+            raise
         except Exception as error:
             self.sink.emit(RunFailed(step=self.progress.step, error=f"{type(error).__name__}: {error}"))
             raise
@@ -225,6 +234,7 @@ class CoEvolution:
         self.progress.step += 1
         self.progress.phase_step += 1
         step, cfg = self.progress.step, self.config
+        self._stage(step, "rollout")
         timings: dict[str, float] = {}
         started = time.perf_counter()
         questions = self._next_questions(cfg.grpo.batch_size)
@@ -235,6 +245,7 @@ class CoEvolution:
         self._attribute(step, groups)
         metrics: dict[str, float] = {}
         if phase.train:
+            self._stage(step, "update")
             result = self.backend.update(groups)
             metrics, timings = dict(result.metrics), {**timings, **result.timings}
         self._count_rollouts(phase, len(requests) * cfg.grpo.group_size)
@@ -322,6 +333,7 @@ class CoEvolution:
     def _initialise_population(self) -> None:
         """Seed, then the user's instructions, then optimizer paraphrases of the seed up to the population size."""
         pop = self.config.population
+        self._stage(0, "initialise")
         self._add(pop.seed_instruction, origin="seed", step=0, parent_id=None)
         if self.config.mode in ("online", "pre"):
             for text in pop.initial_instructions:
@@ -422,6 +434,7 @@ class CoEvolution:
         assert self.optimizer is not None
         if not self._budget_left(step):
             return []
+        self._stage(step, "propose")
         failures = self._failures_for(parent) if kind == "reflection" else []
         history = self._history() if kind == "history" else []
         prompt = build_prompt(
@@ -478,6 +491,7 @@ class CoEvolution:
             return []
         if not self.config.evolution.verify or not questions:
             return [(text, None) for text in texts[:slots]]
+        self._stage(step, "verify")
         scores = {text: self._score(text, questions) for text in texts}
         ratio = self.config.evolution.verify_min_ratio
         bar = 0.0
@@ -550,6 +564,7 @@ class CoEvolution:
     def _evaluate(self, step: int) -> None:
         best = self.population.best()
         for name, questions in self.eval_sets.items():
+            self._stage(step, "evaluate")
             rewards = self.backend.evaluate(best.text, questions)
             value = statistics.fmean(rewards) if rewards else 0.0
             self.sink.emit(
@@ -557,6 +572,9 @@ class CoEvolution:
                     step=step, benchmark=name, metric="em", value=value, n=len(rewards), instruction_id=best.id
                 )
             )
+
+    def _stage(self, step: int, stage: str) -> None:
+        self.sink.emit(StageStarted(step=step, stage=stage))
 
     def _emit_step(
         self,
@@ -641,6 +659,9 @@ class CoEvolution:
         """checkpoints/step-NNNNNN/{policy/, inspo_state.json}; older ones beyond keep_last are deleted."""
         assert self.out_dir is not None, "no out_dir to save checkpoints in"
         step = self.progress.step
+        if not self.owns_run():
+            raise RunSuperseded(f"another process owns this run now; the checkpoint of step {step} is not written")
+        self._stage(step, "checkpoint")
         directory = self.out_dir / "checkpoints" / f"step-{step:06d}"
         partial = directory.with_name(directory.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)

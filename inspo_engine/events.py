@@ -225,6 +225,16 @@ class RunFinished(Event):
 
 
 @dataclass(frozen=True)
+class StageStarted(Event):
+    """The loop starts a stage of a step (rollout, update, propose, verify, evaluate, checkpoint) or of the
+    run (initialise). Progress for a watchdog, and where a step that hangs was when it hung."""
+
+    kind: ClassVar[str] = "stage_started"
+    step: int
+    stage: str
+
+
+@dataclass(frozen=True)
 class RunFailed(Event):
     kind: ClassVar[str] = "run_failed"
     step: int
@@ -249,6 +259,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CheckpointSaved,
         RunFinished,
         RunFailed,
+        StageStarted,
     )
 }
 
@@ -270,8 +281,14 @@ def event_from_dict(data: dict[str, Any]) -> Event:
     return cls(**payload)
 
 
+class RunSuperseded(RuntimeError):
+    """This process no longer owns the run: another attempt took it over. Whoever learns it first (a sink, the
+    loop's ownership check, the caller's stop check) raises it; the run then stops and writes nothing more."""
+
+
 class EventSink(Protocol):
-    """Whatever receives events: a file, the web app's database writer, a test's list."""
+    """Whatever receives events: a file, the web app's database writer, a test's list. A sink may raise
+    RunSuperseded to end the run without another write."""
 
     def emit(self, event: Event) -> None: ...
 

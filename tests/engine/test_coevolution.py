@@ -18,7 +18,10 @@ from inspo_engine.events import (
     ListSink,
     OptimizerFailed,
     PopulationChanged,
+    RunFailed,
     RunFinished,
+    RunSuperseded,
+    StageStarted,
     StepCompleted,
     read_events,
 )
@@ -261,6 +264,39 @@ def test_events_go_to_a_jsonl_file_and_read_back_the_same(gemini, tmp_path):
         "run_finished",
         "trajectories_sampled",
     } <= kinds
+
+
+def test_each_stage_is_announced_before_its_work_so_a_hang_can_be_placed(gemini, tmp_path):
+    config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 3})
+    sink = ListSink()
+    make_loop(config, gemini, sink, out_dir=tmp_path).run()
+    stages = [(e.step, e.stage) for e in sink.of(StageStarted)]
+    assert stages[0] == (0, "initialise")
+    assert [s for s in stages if s[0] == 1] == [(1, "rollout"), (1, "update")]
+    step_3 = [stage for step, stage in stages if step == 3]
+    assert step_3[:2] == ["rollout", "update"] and {"propose", "verify", "checkpoint"} <= set(step_3)
+    kinds = [e.kind for e in sink.events]
+    first_rollout = kinds.index("stage_started")
+    assert kinds.index("step_completed") > first_rollout
+
+
+def test_a_loop_that_no_longer_owns_its_run_stops_without_a_checkpoint_or_a_failure_event(gemini, tmp_path):
+    """Another process took the run over: the next checkpoint is not written, and nothing says the run failed."""
+    config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 2})
+    sink = ListSink()
+    owner = {"us": True}
+    loop = make_loop(config, gemini, sink, out_dir=tmp_path, owns_run=lambda: owner["us"])
+
+    def taken_over_after_step_3():
+        owner["us"] = loop.progress.step < 3
+        return False
+
+    loop.should_stop = taken_over_after_step_3
+    with pytest.raises(RunSuperseded, match="checkpoint of step 4 is not written"):
+        loop.run()
+    assert [e.step for e in sink.of(CheckpointSaved)] == [2]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-000002"]
+    assert not sink.of(RunFailed) and not sink.of(RunFinished)
 
 
 def test_checkpoints_hold_the_policy_and_the_loop_state_and_old_ones_are_dropped(gemini, tmp_path):
