@@ -1,7 +1,8 @@
 """Evaluates a stored checkpoint on chosen benchmarks (EM and F1 per benchmark) and stores the results.
 
 It rebuilds the policy from the checkpoint's Hugging Face directory and takes the checkpoint's best instruction
-from the population saved beside it.
+from the population saved beside it. A watchdog beats the request's heartbeat, so the sweep fails a request whose
+worker died; a worker that lost the request stores nothing.
 """
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from pathlib import Path
 from typing import Protocol
 
 from django.conf import settings
-from django.db import transaction
-from django.utils import timezone
 
 from inspo_engine.build import answer_scores, checkpoint_best, checkpoint_policy
 from inspo_engine.coevolution import POLICY_DIR
 from inspo_engine.config import RunConfig
 from inspo_engine.types import Question, Trajectory
+from webapp.runs import lifecycle
 from webapp.runs.configs import benchmark_paths, config_confine
 from webapp.runs.endpoints import net_policy
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
+
+from .liveness import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +44,23 @@ def torch_answerer(config: RunConfig, policy_dir: Path) -> Answerer:
     return checkpoint_policy(config, policy_dir, Path(settings.INSPO_CACHE_DIR), retriever_policy=net_policy())
 
 
-def evaluation_execute(*, request_id: int, answerer: AnswererFactory | None = None) -> str:
-    """Run a queued evaluation request once; a second delivery does nothing."""
-    claimed = EvaluationRequest.objects.filter(pk=request_id, status=EvaluationRequest.Status.QUEUED).update(
-        status=EvaluationRequest.Status.RUNNING
-    )
-    if not claimed:
+def evaluation_execute(*, request_id: int, worker: str = "", answerer: AnswererFactory | None = None) -> str:
+    """Run a queued evaluation request once; a second delivery does nothing ('skipped'), and a worker that lost
+    the request meanwhile (failed as lost) stores nothing ('superseded')."""
+    claim = lifecycle.evaluation_claim(request_id=request_id, worker=worker)
+    if claim is None:
         return "skipped"
     request = EvaluationRequest.objects.select_related("run__team", "checkpoint").get(pk=request_id)
+    watchdog = Watchdog(
+        claim, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S, stage="evaluate"
+    )
     try:
-        rows = _evaluate(request, answerer or torch_answerer)
+        with watchdog.watching():
+            rows = _evaluate(request, answerer or torch_answerer)
     except BaseException as error:
-        EvaluationRequest.objects.filter(pk=request_id).update(
-            status=EvaluationRequest.Status.FAILED,
-            error=f"{type(error).__name__}: {error}"[:10_000],
-            finished_at=timezone.now(),
-        )
+        claim.give_up(f"{type(error).__name__}: {error}")
         raise
-    with transaction.atomic():
-        Evaluation.objects.bulk_create(rows)
-        EvaluationRequest.objects.filter(pk=request_id).update(
-            status=EvaluationRequest.Status.FINISHED, finished_at=timezone.now()
-        )
-    return "finished"
+    return "finished" if lifecycle.evaluation_finish(claim, rows) else "superseded"
 
 
 def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluation]:

@@ -1,8 +1,10 @@
 """The engine's event sink for the web app: buffers one run's events and writes each batch in one transaction.
 
 A batch is written when the population changes (the end of every step), at checkpoints and at the run's end,
-when it reaches `max_batch` events, or when `max_delay` seconds have passed since the last write. It knows the
-engine's event kinds and the runs app's tables; it decides nothing about the run's status.
+when it reaches `max_batch` events, or when `max_delay` seconds have passed since the last write. A sink for an
+attempt writes only while that attempt holds the run: each batch first locks the run's row on that condition, and
+once it fails the sink raises RunSuperseded, now and on every later event. It knows the engine's event kinds and
+the runs app's tables; it decides nothing about the run's status.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.utils import timezone
 
 from inspo_engine import events as ev
 from webapp.runs.archives import ArchiveDigest, ArchiveRefused, archive_digest, archive_files, policy_directory
+from webapp.runs.lifecycle import Attempt, checkpoints_refresh
 from webapp.runs.models import (
     Candidate,
     Checkpoint,
@@ -40,6 +43,8 @@ from webapp.runs.selectors import run_directory
 
 log = logging.getLogger(__name__)
 
+NOT_STORED = {"stage_started"}
+"""Progress only: the watchdog reads it, the database gets it with the heartbeat."""
 FLUSH_ON = {"run_started", "population_changed", "checkpoint_saved", "run_finished", "run_failed"}
 NOTE_KINDS = {
     "run_started",
@@ -106,11 +111,14 @@ class DatabaseSink:
         self,
         run_id: UUID | str,
         *,
+        attempt: Attempt | None = None,
         max_batch: int | None = None,
         max_delay: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.run_id = run_id
+        self.attempt = attempt
+        self.superseded = False
         self.max_batch = max_batch or settings.INSPO_SINK_MAX_BATCH
         self.max_delay = settings.INSPO_SINK_MAX_DELAY_S if max_delay is None else max_delay
         self.clock = clock
@@ -137,6 +145,10 @@ class DatabaseSink:
     # -- EventSink ---------------------------------------------------------------------------------------------
 
     def emit(self, event: ev.Event) -> None:
+        if self.superseded:
+            raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; its events are not stored")
+        if event.kind in NOT_STORED:
+            return
         if isinstance(event, ev.CheckpointSaved):
             self.digests[event.path] = self._digest(event.path)  # hashed here: outside any transaction
         self.pending.append(event)
@@ -152,6 +164,7 @@ class DatabaseSink:
             saved = dict(self.instructions), dict(self.rounds)
             try:
                 with transaction.atomic():
+                    self._fence()
                     self._write(self.pending)
                 break
             except DatabaseError:
@@ -165,6 +178,14 @@ class DatabaseSink:
         self.pending = []
         self.last_flush = self.clock()
         self.flushes += 1
+
+    def _fence(self) -> None:
+        """Inside the batch's transaction: lock the run's row while the attempt holds it, or drop the batch."""
+        if self.attempt is None:
+            return
+        if not self.attempt.held().select_for_update(no_key=True).values_list("pk", flat=True):
+            self.superseded, self.pending = True, []
+            raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; its events are not stored")
 
     def _digest(self, path: str) -> ArchiveDigest | None:
         directory = policy_directory(path)
@@ -399,13 +420,3 @@ class DatabaseSink:
         if event.best_instruction_id in self.instructions:
             fields["best_instruction_id"] = self.instructions[event.best_instruction_id]
         batch.run_fields.update(fields)
-
-
-def checkpoints_refresh(*, run_id: UUID | str, keep: str | None = None) -> int:
-    """Mark checkpoints whose directory is gone (the engine keeps only the newest few) as unavailable."""
-    gone = [
-        pk
-        for pk, path in Checkpoint.objects.filter(run_id=run_id, available=True).values_list("pk", "path")
-        if path != keep and not Path(path).is_dir()
-    ]
-    return Checkpoint.objects.filter(pk__in=gone).update(available=False)

@@ -1,5 +1,11 @@
-"""Celery tasks: train a run, evaluate a checkpoint, fail runs whose worker vanished. Each takes ids only and
-calls one function of `workers.training` or `workers.evaluation`; time limits come from settings."""
+"""Celery tasks: train a run, evaluate a checkpoint, and the periodic sweep (lost and stalled runs, lost
+evaluations, rows the broker never received). Each takes ids only and calls one function of `workers.training`,
+`workers.evaluation` or `webapp.runs.lifecycle`; time limits come from settings.
+
+The worker's signals: a warm shutdown (SIGTERM or Ctrl-C to the main process) and a SIGTERM to a pool's child
+both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); a worker
+that starts again under the same name fails what it held before.
+"""
 
 from __future__ import annotations
 
@@ -7,14 +13,16 @@ import logging
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_ready
+from celery.signals import worker_process_init, worker_ready, worker_shutting_down
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
+from webapp.runs import lifecycle
 
 from .evaluation import evaluation_execute
-from .training import run_execute, run_fail_lost
+from .liveness import mark_pool_child, request_shutdown, sigterm_asks_to_stop
+from .training import run_execute
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +40,8 @@ TRANSIENT = (OperationalError, InterfaceError)
     max_retries=3,
 )
 def run_training(self: Task, run_id: str) -> str:
-    return run_execute(run_id=run_id, worker=self.request.hostname or "")
+    with sigterm_asks_to_stop():
+        return run_execute(run_id=run_id, worker=self.request.hostname or "")
 
 
 @app.task(
@@ -44,19 +53,35 @@ def run_training(self: Task, run_id: str) -> str:
     max_retries=3,
 )
 def evaluate(self: Task, request_id: int) -> str:
-    return evaluation_execute(request_id=request_id)
+    with sigterm_asks_to_stop():
+        return evaluation_execute(request_id=request_id, worker=self.request.hostname or "")
 
 
-@app.task(name="workers.tasks.fail_lost_runs")
-def fail_lost_runs() -> int:
-    return run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S)
+@app.task(name="workers.tasks.sweep")
+def sweep() -> dict[str, int]:
+    done = lifecycle.sweep()
+    if any(done.values()):
+        log.warning("sweep: %s", done)
+    return done
 
 
 @worker_ready.connect
-def fail_runs_of_my_previous_life(sender: Any = None, **kwargs: Any) -> None:
+def fail_work_of_my_previous_life(sender: Any = None, **kwargs: Any) -> None:
     """A worker that starts again under the same name lost whatever it was running before."""
     hostname = getattr(sender, "hostname", None)
     if hostname:
-        failed = run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=hostname)
-        if failed:
-            log.warning("%s: failed %d run(s) this worker held before it restarted", hostname, failed)
+        runs = lifecycle.run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=hostname)
+        evaluations = lifecycle.evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=hostname)
+        if runs or evaluations:
+            log.warning("%s: failed %d run(s), %d evaluation(s) held before it restarted", hostname, runs, evaluations)
+
+
+@worker_shutting_down.connect
+def stop_work_in_progress(sender: Any = None, **kwargs: Any) -> None:
+    """The main process begins a shutdown: the work in progress stops after its current step."""
+    request_shutdown()
+
+
+@worker_process_init.connect
+def note_pool_child(sender: Any = None, **kwargs: Any) -> None:
+    mark_pool_child()

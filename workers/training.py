@@ -1,29 +1,27 @@
-"""Executes a run on this worker: claims it, drives the engine with the database sink, a stop check and a
-heartbeat, and leaves it finished, cancelled, or failed with the reason (and resumable from its checkpoint).
+"""Executes a run on this worker: claims it as a new attempt, drives the engine with the database sink, a stop
+check and a watchdog, and leaves it finished, cancelled, or failed with the reason (and resumable from its
+checkpoint). An attempt that lost its run (see `webapp.runs.lifecycle`) stops within a step and writes nothing.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
-from django.utils import timezone
+from django.db import transaction
 
+from inspo_engine import events as ev
 from inspo_engine.backends.base import PolicyBackend
 from inspo_engine.config import RunConfig
+from webapp.runs import lifecycle
 from webapp.runs.configs import config_confine
 from webapp.runs.endpoints import RunAccess, run_access
+from webapp.runs.lifecycle import Attempt
 from webapp.runs.models import (
     Candidate,
     Evaluation,
@@ -36,57 +34,34 @@ from webapp.runs.models import (
     Trajectory,
 )
 
-from .sink import DatabaseSink, checkpoints_refresh
+from .liveness import Watchdog, shutdown_requested_at
+from .sink import DatabaseSink
 
 log = logging.getLogger(__name__)
 
-HELD = (Run.Status.RUNNING, Run.Status.CANCELLING)
-
 
 class StopCheck:
-    """The engine's `should_stop`, asked after every step: stop when the run was cancelled or time is up."""
+    """The engine's `should_stop`, asked after every step: stop when the run was cancelled, the worker is shutting
+    down or time is up; raise RunSuperseded when this attempt no longer holds the run."""
 
-    def __init__(self, run_id: UUID | str, *, time_limit_s: float, clock: Any = time.monotonic) -> None:
-        self.run_id = run_id
+    def __init__(self, attempt: Attempt, *, time_limit_s: float, clock: Any = time.monotonic) -> None:
+        self.attempt = attempt
         self.clock = clock
         self.deadline = clock() + time_limit_s
         self.time_limit_s = time_limit_s
         self.reason: str | None = None
 
     def __call__(self) -> bool:
-        if self.clock() >= self.deadline:
+        status = self.attempt.held().values_list("status", flat=True).first()
+        if status is None:
+            raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; it stops without writing")
+        if shutdown_requested_at() is not None:
+            self.reason = "shutdown"
+        elif self.clock() >= self.deadline:
             self.reason = "time limit"
-            return True
-        status = Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
-        if status != Run.Status.RUNNING:
+        elif status != Run.Status.RUNNING:
             self.reason = "cancelled"
-            return True
-        return False
-
-
-@contextmanager
-def heartbeat(run_id: UUID | str, interval_s: float) -> Iterator[None]:
-    """Stamp the run's heartbeat every `interval_s` from a thread, so a stalled or dead worker is noticed."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        try:
-            while not stop.wait(interval_s):
-                try:
-                    Run.objects.filter(pk=run_id, status__in=HELD).update(heartbeat_at=timezone.now())
-                except Exception:
-                    log.exception("run %s: heartbeat failed", run_id)
-                    connection.close()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=beat, name=f"heartbeat-{run_id}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join(timeout=interval_s + 5)
+        return self.reason is not None
 
 
 def run_prepare(run: Run) -> RunAccess:
@@ -102,41 +77,64 @@ def run_out_dir(run: Run) -> Path:
 
 
 def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend | None = None) -> str:
-    """Train the run if it is still queued; returns the run's final status, or 'skipped' when another worker
-    (or a cancel) got to it first. Idempotent: a second delivery of the same run changes nothing."""
-    now = timezone.now()
-    claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
-        status=Run.Status.RUNNING,
-        started_at=Coalesce(F("started_at"), now),
-        heartbeat_at=now,
-        worker=worker[:200],
-        attempts=F("attempts") + 1,
-        error="",
-        finished_at=None,
-    )
-    if not claimed:
+    """Train the run if it is still queued; returns the run's final status, 'skipped' when another worker (or a
+    cancel) got to it first, or 'superseded' when this attempt lost the run while it trained. Idempotent: a
+    second delivery of the same run changes nothing."""
+    attempt = lifecycle.run_claim(run_id=run_id, worker=worker)
+    if attempt is None:
         log.info("run %s: not queued any more; nothing to do", run_id)
         return "skipped"
     run = Run.objects.select_related("resume_checkpoint", "team").get(pk=run_id)
-    stop = StopCheck(run.pk, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
+    stop = StopCheck(attempt, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
+    watchdog = Watchdog(attempt, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S)
     train = _train_verl if run.backend == "verl" and backend is None else _train
     try:
-        with heartbeat(run.pk, settings.INSPO_HEARTBEAT_S):
-            result = train(run, stop, backend)
-    except BaseException as error:
-        _fail(run, f"{type(error).__name__}: {error}")
+        with watchdog.watching():
+            result = train(run, attempt, stop, watchdog, backend)
+    except ev.RunSuperseded as superseded:
+        log.warning("run %s: %s", run.pk, superseded)
+        return "superseded"
+    except SystemExit:
+        lifecycle.run_fail(attempt, f"the worker process was terminated in {watchdog.stage}")
         raise
-    return _settle(run, result.status, result.step, stop)
+    except BaseException as error:
+        lifecycle.run_fail(attempt, f"{type(error).__name__}: {error}")
+        raise
+    status, why = _outcome(result.status, result.step, stop, worker)
+    lifecycle.run_settle(attempt, status=status, error=why)
+    return status
 
 
-def _train(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
+def _outcome(engine_status: str, step: int, stop: StopCheck, worker: str) -> tuple[str, str]:
+    """The run's final status (and error) from how the engine stopped."""
+    if engine_status == "finished":
+        return Run.Status.FINISHED, ""
+    if stop.reason == "time limit":
+        return Run.Status.FAILED, (
+            f"time limit of {stop.time_limit_s:.0f} s reached; stopped after step {step} with a checkpoint — "
+            "resume to continue"
+        )
+    if stop.reason == "shutdown":
+        return Run.Status.FAILED, (
+            f"the worker {worker} shut down; stopped after step {step} with a checkpoint — resume to continue"
+        )
+    return Run.Status.CANCELLED, ""
+
+
+def _sinks(run: Run, attempt: Attempt, watchdog: Watchdog) -> tuple[DatabaseSink, ev.EventSink]:
+    """The database sink, fenced by the attempt, and what the engine emits to: the watchdog sees progress first."""
+    database = DatabaseSink(run.pk, attempt=attempt)
+    return database, ev.FanoutSink(watchdog, database)
+
+
+def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
     from inspo_engine.build import build_run
 
     access = run_prepare(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
-    sink = DatabaseSink(run.pk)
+    database, sink = _sinks(run, attempt, watchdog)
     loop = build_run(
         access.config,
         out_dir=run_out_dir(run),
@@ -144,6 +142,7 @@ def _train(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
         sink=sink,
         api_key=access.api_key,
         should_stop=stop,
+        owns_run=attempt.current,
         backend=backend,
         retriever_policy=access.retriever_policy,
         optimizer_policy=access.optimizer_policy,
@@ -153,18 +152,23 @@ def _train(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
     try:
         return loop.run()
     finally:
-        sink.flush()
+        database.flush()
 
 
-def _train_verl(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any:
-    """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink."""
-    from .verl import verl_execute
+def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
+    """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink. An
+    attempt that lost the run terminates the job without asking it for a checkpoint, and a worker that ends its
+    process (see `Watchdog`) terminates the job first."""
+    from .verl import terminate, verl_execute
+
+    def started(process: subprocess.Popen[bytes]) -> None:
+        watchdog.before_exit.append(lambda: terminate(process, grace_s=10.0))
 
     access = run_prepare(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
-    sink = DatabaseSink(run.pk)
+    database, sink = _sinks(run, attempt, watchdog)
     try:
         return verl_execute(
             access.config,
@@ -173,42 +177,10 @@ def _train_verl(run: Run, stop: StopCheck, backend: PolicyBackend | None) -> Any
             should_stop=stop,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,
+            on_start=started,
         )
     finally:
-        sink.flush()
-
-
-def _settle(run: Run, engine_status: str, step: int, stop: StopCheck) -> str:
-    """The run's final status from how the engine stopped."""
-    checkpoints_refresh(run_id=run.pk)
-    fields: dict[str, Any] = {"finished_at": timezone.now(), "heartbeat_at": timezone.now()}
-    if engine_status == "finished":
-        fields["status"] = Run.Status.FINISHED
-    elif stop.reason == "time limit":
-        fields["status"] = Run.Status.FAILED
-        fields["error"] = (
-            f"time limit of {stop.time_limit_s:.0f} s reached; stopped after step {step} with a checkpoint — "
-            "resume to continue"
-        )
-    else:
-        fields["status"] = Run.Status.CANCELLED
-    Run.objects.filter(pk=run.pk, status__in=HELD).update(**fields)
-    return str(fields["status"])
-
-
-def _fail(run: Run, reason: str, **still: Any) -> int:
-    """Mark the run failed with the reason, if it is still held (and matches `still`); it stays resumable from
-    its newest checkpoint. Returns 1 when it was marked."""
-    try:
-        checkpoints_refresh(run_id=run.pk)
-        latest = run.checkpoints.filter(available=True).order_by("-step").values_list("step", flat=True).first()
-        hint = f" (resumable from the checkpoint of step {latest})" if latest is not None else ""
-        return Run.objects.filter(pk=run.pk, status__in=HELD, **still).update(
-            status=Run.Status.FAILED, error=(reason + hint)[:10_000], finished_at=timezone.now()
-        )
-    except Exception:
-        log.exception("run %s: could not record the failure %r", run.pk, reason)
-        return 0
+        database.flush()
 
 
 def run_discard_after(*, run: Run, step: int) -> None:
@@ -225,16 +197,3 @@ def run_discard_after(*, run: Run, step: int) -> None:
         )
         last = PopulationSnapshot.objects.filter(run=run).order_by("-step", "-id").values_list("best_id", flat=True)
         Run.objects.filter(pk=run.pk).update(step=step, best_instruction_id=last.first())
-
-
-def run_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
-    """Fail runs whose worker is gone: no heartbeat for `stale_after_s`, or (when `worker` is given) every run
-    that worker held before it restarted. Returns how many runs were failed."""
-    held = Run.objects.filter(status__in=HELD)
-    if worker:
-        return sum(_fail(run, f"worker lost: {worker} restarted", worker=worker) for run in held.filter(worker=worker))
-    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
-    return sum(
-        _fail(run, f"worker lost: no heartbeat since {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC", heartbeat_at__lt=cutoff)
-        for run in held.filter(heartbeat_at__lt=cutoff)
-    )

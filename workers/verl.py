@@ -103,10 +103,12 @@ def verl_execute(
     poll_s: float | None = None,
     grace_s: float | None = None,
     api_key: str | None = None,
+    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> Outcome:
     """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
     checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
-    terminated. Raises VerlJobFailed when it ends without a RunFinished event.
+    terminated. Raises VerlJobFailed when it ends without a RunFinished event. A `should_stop` that raises (this
+    attempt lost the run) terminates the job without asking it for a checkpoint. `on_start` gets the process.
 
     The job starts with a minimal environment (`job_environment`): the optimizer's `api_key` if it needs one,
     the GPU and Ray variables, INSPO_VERL_ENV_PASSTHROUGH; nothing else of the worker's (no database URL, no
@@ -122,6 +124,8 @@ def verl_execute(
             job_command(job), stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
         log.info("verl job %s started for %s: %s", process.pid, out_dir, " ".join(job_command(job)))
+        if on_start is not None:
+            on_start(process)
         finished, killed = _follow(process, tail, job, sink, should_stop, poll, grace)
     if finished is not None:
         return Outcome(finished.status, finished.step)

@@ -135,6 +135,42 @@ def test_a_job_that_ignores_the_stop_file_is_terminated(submit, monkeypatch, set
     assert run.status == Run.Status.CANCELLED and 2 <= run.step < 50
 
 
+def test_a_worker_that_lost_its_run_terminates_the_job_without_a_checkpoint_and_stores_nothing_more(
+    submit, monkeypatch, alice
+):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from webapp.runs import lifecycle
+
+    monkeypatch.setenv("FAKE_VERL_STEP_S", "0.3")
+    run = submit(total_steps=50)
+    taken = []
+
+    def take_over():
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not Checkpoint.objects.filter(run=run).exists():
+                time.sleep(0.05)
+            lifecycle.run_fail_lost(stale_after_s=60, now=timezone.now() + timedelta(hours=1))
+            services.run_resume(run=Run.objects.get(pk=run.pk), user=alice)
+            taken.append(lifecycle.run_claim(run_id=run.pk, worker="gpu@B"))
+            taken.append(StepMetric.objects.filter(run=run).count())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=take_over, daemon=True)
+    thread.start()
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "superseded"
+    thread.join(5)
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.worker == "gpu@B" and taken[0].number == 2
+    assert StepMetric.objects.filter(run=run).count() == taken[1] < 50
+    assert not (run_dir(run) / "STOP").exists()  # terminated, not asked to checkpoint
+
+
 def test_a_job_that_dies_fails_the_run_with_its_log(submit, monkeypatch):
     monkeypatch.setenv("FAKE_VERL_CRASH_AT", "3")
     run = submit()

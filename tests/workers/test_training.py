@@ -16,6 +16,7 @@ from tests.conftest import scripted_config
 from tests.engine.fakes import ScriptedBackend
 from webapp.runs import services
 from webapp.runs.archives import archive_digest, archive_files, policy_directory
+from webapp.runs.lifecycle import run_fail_lost
 from webapp.runs.models import (
     Candidate,
     Checkpoint,
@@ -30,7 +31,7 @@ from webapp.runs.models import (
 )
 from webapp.runs.selectors import run_directory
 from workers import tasks
-from workers.training import run_execute, run_fail_lost
+from workers.training import run_execute
 
 pytestmark = pytest.mark.django_db
 
@@ -208,7 +209,7 @@ def test_a_lost_worker_leaves_the_run_failed_and_resumable(submit, alice, enqueu
     fresh = services.run_submit(team=run.team, user=alice, name="fresh", config=run.config)
     Run.objects.filter(pk=fresh.pk).update(status=Run.Status.RUNNING, heartbeat_at=timezone.now())
 
-    assert tasks.fail_lost_runs.apply().get() == 1
+    assert tasks.sweep.apply().get()["runs_lost"] == 1
     run.refresh_from_db()
     assert run.status == Run.Status.FAILED and run.error.startswith("worker lost: no heartbeat since")
     assert "resumable from the checkpoint of step 3" in run.error

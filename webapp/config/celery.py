@@ -1,7 +1,7 @@
 """The Celery app: configured from Django settings (CELERY_*), with the tasks of `workers.tasks`.
 
 Queues: `cpu` runs the torch backend, `gpu` runs verl (`webapp.runs.tasks` picks one per run); `ops` runs
-housekeeping (failing runs whose worker vanished) on a schedule. Workers create the queues they consume.
+housekeeping (the sweep of `webapp.runs.lifecycle`) on a schedule. Workers create the queues they consume.
 """
 
 from __future__ import annotations

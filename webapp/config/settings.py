@@ -334,6 +334,14 @@ INSPO_HEARTBEAT_S = env_int("INSPO_HEARTBEAT_S", 30, minimum=1)
 """How often a worker running a run stamps its heartbeat."""
 INSPO_LOST_AFTER_S = env_int("INSPO_LOST_AFTER_S", 300, minimum=2)
 """A running run whose heartbeat is older than this is failed as lost (its worker crashed or vanished)."""
+INSPO_STALL_AFTER_S = env_int("INSPO_STALL_AFTER_S", 3600, minimum=2)
+"""A running run whose step has not moved on (no stage began, no step ended) for this long is failed as stalled,
+with the stage it hung in. Keep it above the longest stage: a verl step, an optimizer call, one benchmark's eval."""
+INSPO_SHUTDOWN_GRACE_S = env_int("INSPO_SHUTDOWN_GRACE_S", 120, minimum=1)
+"""A worker asked to stop lets the step in progress end (and checkpoint) for this long, then fails the run as
+resumable and exits. Give the process manager more than this before it kills (e.g. compose's stop_grace_period)."""
+INSPO_SWEEP_EVERY_S = env_int("INSPO_SWEEP_EVERY_S", 60, minimum=1)
+"""How often the ops worker's scheduler runs the sweep: lost and stalled runs, lost evaluations, unsent tasks."""
 INSPO_SINK_MAX_BATCH = env_int("INSPO_SINK_MAX_BATCH", 500, minimum=1)
 INSPO_SINK_MAX_DELAY_S = env_int("INSPO_SINK_MAX_DELAY_S", 5, minimum=0)
 
@@ -373,9 +381,9 @@ CELERY_WORKER_SEND_TASK_EVENTS = env_bool("CELERY_SEND_EVENTS", True)
 CELERY_TASK_SEND_SENT_EVENT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Housekeeping runs on its own small `ops` queue, so a worker busy training never delays it.
-CELERY_TASK_ROUTES = {"workers.tasks.fail_lost_runs": {"queue": "ops"}}
+CELERY_TASK_ROUTES = {"workers.tasks.sweep": {"queue": "ops"}}
 CELERY_BEAT_SCHEDULE = {
-    "fail-lost-runs": {"task": "workers.tasks.fail_lost_runs", "schedule": 60.0, "options": {"queue": "ops"}},
+    "sweep": {"task": "workers.tasks.sweep", "schedule": float(INSPO_SWEEP_EVERY_S), "options": {"queue": "ops"}},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(STATE_DIR / "celerybeat-schedule")
 

@@ -24,9 +24,10 @@ from inspo_engine.config import ConfigError, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import ServiceError
-from workers.sink import DatabaseSink, checkpoints_refresh
+from workers.sink import DatabaseSink
 from workers.training import run_discard_after
 
+from .lifecycle import checkpoints_refresh
 from .models import Run
 from .selectors import run_directory
 from .services import MAX_SEED

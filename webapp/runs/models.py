@@ -8,6 +8,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from webapp.accounts.models import Team
 
@@ -38,15 +39,25 @@ class Run(models.Model):
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones")
 
     created_at = models.DateTimeField(auto_now_add=True)
+    queued_at = models.DateTimeField(default=timezone.now, help_text="When it was last submitted or resumed.")
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the broker accepted its task since it was queued (empty: not yet)."
+    )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progress_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the worker last began a stage or finished a step."
+    )
+    stage = models.CharField(max_length=64, blank=True, help_text="What the worker is doing: 'rollout, step 7'.")
 
     step = models.IntegerField(default=0, help_text="The last step whose metrics are stored.")
     total_steps = models.IntegerField(default=0)
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) the run.")
-    attempts = models.IntegerField(default=0, help_text="How many times a worker started the run.")
+    attempts = models.IntegerField(
+        default=0, help_text="The number of the latest claim by a worker; only that attempt may write."
+    )
     resume_checkpoint = models.ForeignKey(
         "Checkpoint", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -281,6 +292,10 @@ class EvaluationRequest(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="When the broker accepted its task.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) it.")
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

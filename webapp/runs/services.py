@@ -139,7 +139,12 @@ def run_resume(*, run: Run, user: User) -> Run:
         if Run.objects.filter(pk=run.pk, status__in=Run.RESUMABLE).exists():
             _active_runs_check(run.team)
         changed = Run.objects.filter(pk=run.pk, status__in=Run.RESUMABLE).update(
-            status=Run.Status.QUEUED, resume_checkpoint=checkpoint, error="", finished_at=None
+            status=Run.Status.QUEUED,
+            resume_checkpoint=checkpoint,
+            error="",
+            finished_at=None,
+            queued_at=timezone.now(),
+            enqueued_at=None,
         )
         if not changed:
             status = Run.objects.values_list("status", flat=True).get(pk=run.pk)

@@ -1,0 +1,255 @@
+"""The worker side of a run's life: a claim (an attempt), how it ends, and the sweep that fails lost and stalled
+runs, fails evaluations whose worker vanished, and hands the broker what it never received.
+
+Every status change here is a conditional update. A run changes only while the attempt that makes the change still
+holds it: a worker that lost its run (failed as lost, then resumed and claimed by another) changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, QuerySet
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from . import tasks
+from .models import Checkpoint, Evaluation, EvaluationRequest, Run
+
+log = logging.getLogger(__name__)
+
+HELD = (Run.Status.RUNNING, Run.Status.CANCELLING)
+UNSENT_GRACE_S = 30.0
+"""A queued row the broker has not accepted this long after it was queued is sent again by the sweep (the web
+process sends it when its transaction commits; this leaves that send time to finish)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One claim of a run by a worker, numbered by the run's `attempts` counter. A newer claim, or the run leaving
+    running/cancelling (failed as lost or stalled), ends this attempt: from then on it may write nothing."""
+
+    run_id: UUID | str
+    number: int
+    worker: str
+
+    def held(self) -> QuerySet[Run]:
+        """The run, while this attempt still holds it; empty once it does not."""
+        return Run.objects.filter(pk=self.run_id, attempts=self.number, status__in=HELD)
+
+    def current(self) -> bool:
+        return self.held().exists()
+
+    def beat(self, *, stage: str, progress_at: datetime) -> bool:
+        """Stamp the heartbeat and where the run stands; False once this attempt no longer holds the run."""
+        return bool(self.held().update(heartbeat_at=timezone.now(), stage=stage[:64], progress_at=progress_at))
+
+    def give_up(self, reason: str) -> bool:
+        return run_fail(self, reason)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} attempt {self.number}"
+
+
+def run_claim(*, run_id: UUID | str, worker: str) -> Attempt | None:
+    """Take a queued run (queued → running) as the next attempt; None when it is not queued any more (another
+    worker or a cancel got to it first)."""
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = Run.objects.filter(pk=run_id, status=Run.Status.QUEUED).update(
+            status=Run.Status.RUNNING,
+            started_at=Coalesce(F("started_at"), now),
+            heartbeat_at=now,
+            progress_at=now,
+            stage="setup",
+            worker=worker[:200],
+            attempts=F("attempts") + 1,
+            error="",
+            finished_at=None,
+        )
+        if not claimed:
+            return None
+        number = Run.objects.values_list("attempts", flat=True).get(pk=run_id)
+    return Attempt(run_id=run_id, number=number, worker=worker)
+
+
+def run_settle(attempt: Attempt, *, status: str, error: str = "") -> bool:
+    """End the attempt's run as finished, cancelled or failed (with why, and resumable); False when the attempt
+    no longer held it."""
+    checkpoints_refresh(run_id=attempt.run_id)
+    now = timezone.now()
+    return bool(attempt.held().update(status=status, error=error[:10_000], finished_at=now, heartbeat_at=now))
+
+
+def run_fail(attempt: Attempt, reason: str) -> bool:
+    """Fail the attempt's run with the reason (resumable from its newest checkpoint), if the attempt holds it."""
+    return bool(_fail(attempt.run_id, reason, attempts=attempt.number))
+
+
+def _fail(run_id: UUID | str, reason: str, **still: Any) -> int:
+    """Mark the run failed with the reason and the checkpoint it resumes from, if it is still held and matches
+    `still`. Returns 1 when it was marked."""
+    try:
+        checkpoints_refresh(run_id=run_id)
+        latest = checkpoint_latest_step(run_id=run_id)
+        hint = f" (resumable from the checkpoint of step {latest})" if latest is not None else ""
+        return Run.objects.filter(pk=run_id, status__in=HELD, **still).update(
+            status=Run.Status.FAILED, error=(reason + hint)[:10_000], finished_at=timezone.now()
+        )
+    except Exception:
+        log.exception("run %s: could not record the failure %r", run_id, reason)
+        return 0
+
+
+def checkpoint_latest_step(*, run_id: UUID | str) -> int | None:
+    available = Checkpoint.objects.filter(run_id=run_id, available=True).order_by("-step")
+    return available.values_list("step", flat=True).first()
+
+
+def checkpoints_refresh(*, run_id: UUID | str, keep: str | None = None) -> int:
+    """Mark checkpoints whose directory is gone (the engine keeps only the newest few) as unavailable."""
+    gone = [
+        pk
+        for pk, path in Checkpoint.objects.filter(run_id=run_id, available=True).values_list("pk", "path")
+        if path != keep and not Path(path).is_dir()
+    ]
+    return Checkpoint.objects.filter(pk__in=gone).update(available=False)
+
+
+# -- the sweep ---------------------------------------------------------------------------------------------------
+
+
+def run_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
+    """Fail runs whose worker is gone: no heartbeat for `stale_after_s`, or (when `worker` is given) every run
+    that worker held before it restarted. Returns how many runs were failed."""
+    held = Run.objects.filter(status__in=HELD)
+    if worker:
+        return sum(
+            _fail(run.pk, f"worker lost: {worker} restarted", worker=worker, attempts=run.attempts)
+            for run in held.filter(worker=worker)
+        )
+    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
+    return sum(
+        _fail(
+            run.pk,
+            f"worker lost: no heartbeat since {run.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC",
+            heartbeat_at__lt=cutoff,
+            attempts=run.attempts,
+        )
+        for run in held.filter(heartbeat_at__lt=cutoff)
+    )
+
+
+def run_fail_stalled(*, stall_after_s: float, now: datetime | None = None) -> int:
+    """Fail runs whose worker is alive but whose step has not moved on (no stage began, no step ended) for
+    `stall_after_s`: the error says where it hung. The worker, no longer holding the run, stops by itself."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=stall_after_s)
+    return sum(
+        _fail(
+            run.pk,
+            f"stalled: no progress for {stall_after_s:.0f} s in {run.stage or 'setup'} "
+            f"(since {run.progress_at:%Y-%m-%d %H:%M:%S} UTC)",
+            progress_at__lt=cutoff,
+            attempts=run.attempts,
+        )
+        for run in Run.objects.filter(status__in=HELD, progress_at__lt=cutoff)
+    )
+
+
+def run_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None = None) -> int:
+    """Send again the queued runs the broker never accepted (it was down when they were submitted or resumed)."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
+    unsent = Run.objects.filter(status=Run.Status.QUEUED, enqueued_at__isnull=True, queued_at__lt=cutoff)
+    return sum(tasks.training_send(run) for run in unsent)
+
+
+@dataclass(frozen=True)
+class EvaluationClaim:
+    """A worker's hold on a running evaluation request."""
+
+    request_id: int
+    worker: str
+
+    def held(self) -> QuerySet[EvaluationRequest]:
+        running = EvaluationRequest.objects.filter(pk=self.request_id, status=EvaluationRequest.Status.RUNNING)
+        return running.filter(worker=self.worker[:200])
+
+    def beat(self, *, stage: str, progress_at: datetime) -> bool:
+        return bool(self.held().update(heartbeat_at=timezone.now()))
+
+    def give_up(self, reason: str) -> bool:
+        return bool(evaluation_fail(request_id=self.request_id, reason=reason, worker=self.worker[:200]))
+
+    def __str__(self) -> str:
+        return f"evaluation request {self.request_id}"
+
+
+def evaluation_claim(*, request_id: int, worker: str) -> EvaluationClaim | None:
+    """Take a queued evaluation request (queued → running); None when another delivery got it first."""
+    now = timezone.now()
+    claimed = EvaluationRequest.objects.filter(pk=request_id, status=EvaluationRequest.Status.QUEUED).update(
+        status=EvaluationRequest.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200]
+    )
+    return EvaluationClaim(request_id=request_id, worker=worker) if claimed else None
+
+
+def evaluation_finish(claim: EvaluationClaim, results: list[Evaluation]) -> bool:
+    """Store the results and mark the request finished, in one transaction, if the claim still holds it."""
+    with transaction.atomic():
+        if not claim.held().update(status=EvaluationRequest.Status.FINISHED, finished_at=timezone.now()):
+            return False
+        Evaluation.objects.bulk_create(results)
+    return True
+
+
+def evaluation_fail(*, request_id: int, reason: str, **still: Any) -> int:
+    """Fail a running evaluation request with the reason, if it is still running (and matches `still`)."""
+    running = EvaluationRequest.objects.filter(pk=request_id, status=EvaluationRequest.Status.RUNNING, **still)
+    return running.update(status=EvaluationRequest.Status.FAILED, error=reason[:10_000], finished_at=timezone.now())
+
+
+def evaluation_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
+    """Fail running evaluation requests whose worker is gone (no heartbeat, or the worker restarted)."""
+    running = EvaluationRequest.objects.filter(status=EvaluationRequest.Status.RUNNING)
+    if worker:
+        return sum(
+            evaluation_fail(request_id=pk, reason=f"worker lost: {worker} restarted; request it again", worker=worker)
+            for pk in running.filter(worker=worker).values_list("pk", flat=True)
+        )
+    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
+    return sum(
+        evaluation_fail(
+            request_id=request.pk,
+            reason=f"worker lost: no heartbeat since {request.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC; request it again",
+            heartbeat_at__lt=cutoff,
+        )
+        for request in running.filter(heartbeat_at__lt=cutoff)
+    )
+
+
+def evaluation_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None = None) -> int:
+    cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
+    unsent = EvaluationRequest.objects.filter(
+        status=EvaluationRequest.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=cutoff
+    ).select_related("run")
+    return sum(tasks.evaluation_send(request) for request in unsent)
+
+
+def sweep(*, now: datetime | None = None) -> dict[str, int]:
+    """Everything the periodic sweep does, with counts: lost runs, stalled runs, lost evaluations, and queued
+    rows sent again."""
+    now = now or timezone.now()
+    return {
+        "runs_lost": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
+        "runs_stalled": run_fail_stalled(stall_after_s=settings.INSPO_STALL_AFTER_S, now=now),
+        "evaluations_lost": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
+        "runs_resent": run_resend_unsent(now=now),
+        "evaluations_resent": evaluation_resend_unsent(now=now),
+    }
