@@ -21,6 +21,7 @@ from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput
 from webapp.core.files import file_response
+from webapp.core.responses import cached_json
 from webapp.core.text import has_nul
 
 from . import selectors, services
@@ -259,12 +260,50 @@ class RunMetricsApi(APIView):
         return Response(selectors.run_metric_series(run=run))
 
 
+def _column(child: serializers.Field[Any, Any, Any, Any], help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=child, help_text=help_text)
+
+
+class PopulationOutputSerializer(serializers.Serializer[Any]):
+    """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
+    and per instruction its statistics as arrays over the snapshots it spans."""
+
+    class Snapshots(serializers.Serializer[Any]):
+        step = _column(serializers.IntegerField(), "The step of each snapshot, ascending.")
+        reason = _column(serializers.CharField(), "Why it was taken: initialised, step, pruned, evolved, …")
+        best_id = _column(serializers.CharField(allow_null=True), "The best instruction at that snapshot.")
+        time = _column(serializers.DateTimeField(), "When it was taken.")
+
+    class InstructionColumns(serializers.Serializer[Any]):
+        id = serializers.CharField()
+        start = serializers.IntegerField(
+            help_text="Index of the first snapshot it is a member of: element i of each array below belongs to "
+            "snapshot start + i. The arrays end at its last membership."
+        )
+        weight = _column(serializers.FloatField(allow_null=True), "Its weight; null where it was not a member.")
+        probability = _column(serializers.FloatField(allow_null=True), "Its sampling probability.")
+        samples = _column(serializers.IntegerField(allow_null=True), "Rollouts that used it so far.")
+        mean_reward = _column(serializers.FloatField(allow_null=True), "Their mean reward.")
+
+    snapshots = Snapshots()
+    instructions = InstructionColumns(many=True, help_text="In order of first membership.")
+
+
 class RunPopulationApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="runs_population", description="Every population snapshot.")
-    def get(self, request: Request, run_id: str) -> Response:
+    @extend_schema(
+        responses=PopulationOutputSerializer,
+        operation_id="runs_population",
+        description="Every population snapshot, column-wise: one array per snapshot field and, per instruction, "
+        "one array per statistic over the snapshots from its first membership to its last. A finished, failed or "
+        "cancelled run's answer is cached until the run changes.",
+    )
+    def get(self, request: Request, run_id: str) -> HttpResponse:
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
-        return Response({"snapshots": selectors.run_population_history(run=run)})
+        return cached_json(
+            selectors.run_cache_key(run=run, name="population"),
+            lambda: PopulationOutputSerializer(selectors.run_population_columns(run=run)).data,
+        )
 
 
 class RunLineageApi(APIView):

@@ -158,6 +158,61 @@ def run_population_history(*, run: Run) -> list[dict[str, Any]]:
     ]
 
 
+POPULATION_FIELDS = ("weight", "probability", "samples", "mean_reward")
+
+
+def run_cache_key(*, run: Run, name: str) -> str | None:
+    """A cache key for `name` (a kind of data) of a run that no longer changes; None while the run is active. The
+    key holds what changes when the run does again (status, last step, attempt, finish time): a resumed run moves
+    on to new keys, and a deleted run's entries are unreachable (its id 404s first) until they expire."""
+    if run.is_active:
+        return None
+    finished = run.finished_at.isoformat() if run.finished_at else "-"
+    return f"runs:{name}:{run.pk}:{run.status}:{run.step}:{run.attempts}:{finished}"
+
+
+def run_population_columns(*, run: Run) -> dict[str, Any]:
+    """The population history column-wise, as the dashboards draw it: `snapshots` holds one array per snapshot
+    field (step, reason, best_id, time), in step order; `instructions` one entry per instruction that was ever a
+    member, in order of first membership, whose `weight`, `probability`, `samples` and `mean_reward` arrays run over
+    the snapshots from index `start` to its last membership, null where it was not a member in between."""
+    snapshots = list(
+        PopulationSnapshot.objects.filter(run=run)
+        .order_by("step", "id")
+        .values_list("id", "step", "reason", "best_id", "time")
+    )
+    index = {pk: i for i, (pk, *_) in enumerate(snapshots)}
+    keys = dict(Instruction.objects.filter(run=run).values_list("pk", "key"))
+    members: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+    rows = PopulationMember.objects.filter(snapshot__run=run).values_list(
+        "snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward"
+    )
+    for snapshot_id, instruction_id, *values in rows:
+        members[instruction_id].append((index[snapshot_id], *values))
+    instructions: list[dict[str, Any]] = []
+    for instruction_id, stats in members.items():
+        stats.sort(key=lambda row: row[0])
+        start = stats[0][0]
+        columns: list[list[Any]] = [[None] * (stats[-1][0] - start + 1) for _ in POPULATION_FIELDS]
+        for position, *values in stats:
+            for column, value in zip(columns, values, strict=True):
+                column[position - start] = value
+        instructions.append(
+            {"id": keys[instruction_id], "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))}
+        )
+    # First membership first; among those that joined together, the heavier first (the order the stacked chart uses).
+    instructions.sort(key=lambda entry: (entry["start"], -entry["weight"][0], entry["id"]))
+    return {
+        "snapshots": {
+            "step": [step for _, step, _, _, _ in snapshots],
+            "reason": [reason for _, _, reason, _, _ in snapshots],
+            "best_id": [keys.get(best) if best else None for _, _, _, best, _ in snapshots],
+            "time": [time for _, _, _, _, time in snapshots],
+        },
+        "instructions": instructions,
+    }
+
+
 def _instruction_node(ins: Instruction, keys: dict[int, str]) -> dict[str, Any]:
     return {
         "id": ins.key,

@@ -36,13 +36,23 @@ def test_metric_series_are_column_wise_one_value_per_step(client, scripted_run):
     assert len(series["timings"]["update"]) == 6
 
 
-def test_population_history_has_every_snapshot_with_member_stats(client, scripted_run):
-    snapshots = get(client, scripted_run, "population/").json()["snapshots"]
-    assert len(snapshots) == PopulationSnapshot.objects.filter(run=scripted_run).count()
-    assert snapshots[0]["reason"] == "initialised" and snapshots[0]["step"] == 0
-    last = snapshots[-1]
-    assert {"id", "weight", "probability", "samples", "mean_reward"} == set(last["members"][0])
-    assert last["best_id"] in {m["id"] for m in last["members"]}
+def test_population_history_has_every_snapshot_column_wise_with_member_stats(client, scripted_run):
+    history = get(client, scripted_run, "population/").json()
+    snapshots = history["snapshots"]
+    count = PopulationSnapshot.objects.filter(run=scripted_run).count()
+    assert all(len(column) == count for column in snapshots.values())
+    assert snapshots["reason"][0] == "initialised" and snapshots["step"][0] == 0
+    assert {i["id"] for i in history["instructions"]} <= set(scripted_run.instructions.values_list("key", flat=True))
+    last = count - 1
+    members = {
+        i["id"]
+        for i in history["instructions"]
+        if i["start"] + len(i["weight"]) > last and i["weight"][last - i["start"]] is not None
+    }
+    assert snapshots["best_id"][last] in members
+    for instruction in history["instructions"]:
+        lengths = {len(instruction[name]) for name in ("weight", "probability", "samples", "mean_reward")}
+        assert len(lengths) == 1 and instruction["weight"][0] is not None and instruction["weight"][-1] is not None
 
 
 def test_lineage_links_children_to_parents_with_the_critique(client, scripted_run):
