@@ -41,23 +41,36 @@ export interface MetricSeries {
   [name: string]: unknown;
 }
 
+/** One instruction's statistics over the snapshots it spans: element i belongs to snapshot `start + i`; null where it
+ * was not a member in between. The arrays end at its last membership. */
+export interface InstructionColumns {
+  id: string;
+  start: number;
+  weight: (number | null)[];
+  probability: (number | null)[];
+  samples: (number | null)[];
+  mean_reward: (number | null)[];
+}
+
+/** The population history, column-wise (webapp/runs/apis.py PopulationOutputSerializer): one array per snapshot
+ * field in step order, and per instruction, in order of first membership, one array per statistic. */
+export interface PopulationHistory {
+  snapshots: {
+    step: number[];
+    reason: string[];
+    best_id: (string | null)[];
+    time: string[];
+  };
+  instructions: InstructionColumns[];
+}
+
+/** One instruction's row in one snapshot. */
 export interface Member {
-  id: string | null;
+  id: string;
   weight: number;
   probability: number;
   samples: number;
   mean_reward: number | null;
-}
-
-export interface Snapshot {
-  step: number;
-  reason: string;
-  best_id: string | null;
-  members: Member[];
-}
-
-export interface PopulationHistory {
-  snapshots: Snapshot[];
 }
 
 export interface LineageNode {

@@ -1,20 +1,50 @@
 import { describe, expect, it } from "vitest";
-import { evolutionMarkers, lastPerStep, populationShares, weightHistory } from "../src/transforms/population";
-import type { Candidate, Round, Snapshot } from "../src/types";
+import {
+  evolutionMarkers,
+  lastPerStep,
+  memberCounts,
+  membersAt,
+  populationShares,
+  weightHistory,
+} from "../src/transforms/population";
+import type { Candidate, PopulationHistory, Round } from "../src/types";
 
-const member = (id: string, weight: number, probability = 0.5) => ({
-  id,
-  weight,
-  probability,
-  samples: 1,
-  mean_reward: null,
-});
-const snap = (step: number, reason: string, members: ReturnType<typeof member>[]): Snapshot => ({
-  step,
-  reason,
-  best_id: members[0]?.id ?? null,
-  members,
-});
+type Row = [id: string, weight: number, probability?: number];
+
+/** The column-wise history the API sends for these snapshots (rows: [step, reason, members]); instructions in order
+ * of first membership, as the server orders them. */
+function history(snapshots: [number, string, Row[]][]): PopulationHistory {
+  const columns = new Map<string, { start: number; weight: (number | null)[]; probability: (number | null)[] }>();
+  snapshots.forEach(([, , members], index) => {
+    for (const [id, weight, probability = 0.5] of members) {
+      const entry = columns.get(id) ?? { start: index, weight: [], probability: [] };
+      while (entry.start + entry.weight.length < index) {
+        entry.weight.push(null);
+        entry.probability.push(null);
+      }
+      entry.weight.push(weight);
+      entry.probability.push(probability);
+      columns.set(id, entry);
+    }
+  });
+  return {
+    snapshots: {
+      step: snapshots.map(([step]) => step),
+      reason: snapshots.map(([, reason]) => reason),
+      best_id: snapshots.map(([, , members]) => members[0]?.[0] ?? null),
+      time: snapshots.map(() => "2026-01-01T00:00:00Z"),
+    },
+    instructions: [...columns].map(([id, { start, weight, probability }]) => ({
+      id,
+      start,
+      weight,
+      probability,
+      samples: weight.map((w) => (w === null ? null : 1)),
+      mean_reward: weight.map(() => null),
+    })),
+  };
+}
+
 const candidate = (accepted: boolean, score: number | null): Candidate => ({
   text: "x",
   valid: true,
@@ -41,18 +71,70 @@ const round = (step: number, candidates: Candidate[], n_questions: number | null
 });
 
 describe("lastPerStep", () => {
-  it("keeps the last snapshot of each step, in step order", () => {
-    const snapshots = [snap(2, "step", []), snap(1, "step", []), snap(2, "pruned", [])];
-    expect(lastPerStep(snapshots).map((s) => `${s.step}:${s.reason}`)).toEqual(["1:step", "2:pruned"]);
+  it("picks the last snapshot of each step, in step order", () => {
+    const h = history([
+      [1, "step", []],
+      [2, "step", []],
+      [2, "pruned", []],
+      [3, "step", []],
+    ]);
+    expect(lastPerStep(h)).toEqual([0, 2, 3]);
+  });
+});
+
+describe("membersAt", () => {
+  it("lists a snapshot's members heaviest first, skipping the gaps of the others", () => {
+    const h = history([
+      [
+        1,
+        "step",
+        [
+          ["a", 0.2, 0.4],
+          ["b", 0.3, 0.6],
+        ],
+      ],
+      [2, "pruned", [["a", 0.2, 1]]],
+      [
+        3,
+        "step",
+        [
+          ["a", 0.1, 0.2],
+          ["b", 0.4, 0.8],
+        ],
+      ],
+    ]);
+    expect(membersAt(h, 0).map((m) => [m.id, m.weight, m.probability])).toEqual([
+      ["b", 0.3, 0.6],
+      ["a", 0.2, 0.4],
+    ]);
+    expect(membersAt(h, 1).map((m) => m.id)).toEqual(["a"]);
+    expect(membersAt(h, 2)[0]).toEqual({ id: "b", weight: 0.4, probability: 0.8, samples: 1, mean_reward: null });
+    expect(memberCounts(h)).toEqual([2, 1, 2]);
   });
 });
 
 describe("populationShares", () => {
   it("divides each weight by the total and fills absent members with 0", () => {
-    const shares = populationShares([
-      snap(1, "step", [member("a", 0.3, 0.7), member("b", 0.1, 0.3)]),
-      snap(2, "evolved", [member("a", 0.2, 0.6), member("c", 0.2, 0.4)]),
-    ]);
+    const shares = populationShares(
+      history([
+        [
+          1,
+          "step",
+          [
+            ["a", 0.3, 0.7],
+            ["b", 0.1, 0.3],
+          ],
+        ],
+        [
+          2,
+          "evolved",
+          [
+            ["a", 0.2, 0.6],
+            ["c", 0.2, 0.4],
+          ],
+        ],
+      ]),
+    );
     expect(shares.steps).toEqual([1, 2]);
     expect(shares.ids).toEqual(["a", "b", "c"]);
     expect(shares.weight.a).toEqual([expect.closeTo(0.75), 0.5]);
@@ -61,28 +143,96 @@ describe("populationShares", () => {
     expect(shares.probability.c).toEqual([0, 0.4]);
   });
 
+  it("uses the snapshot that ends each step and leaves out who was only in an earlier one", () => {
+    const shares = populationShares(
+      history([
+        [
+          1,
+          "step",
+          [
+            ["a", 0.5],
+            ["b", 0.5],
+          ],
+        ],
+        [
+          2,
+          "pruned",
+          [
+            ["a", 0.5],
+            ["b", 0.5],
+          ],
+        ],
+        [
+          2,
+          "evolved",
+          [
+            ["a", 0.5],
+            ["c", 1.5],
+          ],
+        ],
+      ]),
+    );
+    expect(shares.steps).toEqual([1, 2]);
+    expect(shares.ids).toEqual(["a", "b", "c"]);
+    expect(shares.weight.c).toEqual([0, 0.75]);
+    const only = populationShares(
+      history([
+        [1, "pruned", [["x", 1]]],
+        [1, "step", [["a", 1]]],
+      ]),
+    );
+    expect(only.ids).toEqual(["a"]);
+  });
+
   it("splits evenly when all weights are zero, and ignores negative weights", () => {
-    const shares = populationShares([snap(0, "initialised", [member("a", 0), member("b", 0), member("c", 0)])]);
+    const shares = populationShares(
+      history([
+        [
+          0,
+          "initialised",
+          [
+            ["a", 0],
+            ["b", 0],
+            ["c", 0],
+          ],
+        ],
+      ]),
+    );
     expect(shares.weight.a[0]).toBeCloseTo(1 / 3);
-    const negative = populationShares([snap(1, "step", [member("a", -0.2), member("b", 0.4)])]);
+    const negative = populationShares(
+      history([
+        [
+          1,
+          "step",
+          [
+            ["a", -0.2],
+            ["b", 0.4],
+          ],
+        ],
+      ]),
+    );
     expect(negative.weight.a).toEqual([0]);
     expect(negative.weight.b).toEqual([1]);
   });
 
   it("is empty for a run with no snapshots", () => {
-    expect(populationShares([])).toEqual({ steps: [], ids: [], weight: {}, probability: {} });
+    expect(populationShares(history([]))).toEqual({ steps: [], ids: [], weight: {}, probability: {} });
   });
 });
 
 describe("weightHistory", () => {
-  it("lists the instruction's weight at each step it was a member", () => {
-    const snapshots = [
-      snap(1, "step", [member("a", 0.1)]),
-      snap(1, "pruned", [member("a", 0.2)]),
-      snap(2, "step", [member("b", 0.4)]),
-    ];
-    expect(weightHistory(snapshots, "a")).toEqual([[1, 0.2]]);
-    expect(weightHistory(snapshots, "zzz")).toEqual([]);
+  it("lists the instruction's weight at the end of each step it was a member", () => {
+    const h = history([
+      [1, "step", [["a", 0.1]]],
+      [1, "pruned", [["a", 0.2]]],
+      [2, "step", [["b", 0.4]]],
+      [3, "step", [["a", 0.3]]],
+    ]);
+    expect(weightHistory(h, "a")).toEqual([
+      [1, 0.2],
+      [3, 0.3],
+    ]);
+    expect(weightHistory(h, "zzz")).toEqual([]);
   });
 });
 
@@ -90,7 +240,18 @@ describe("evolutionMarkers", () => {
   it("marks proposed and verified rounds and merged and pruned snapshots, by step", () => {
     const markers = evolutionMarkers(
       [round(15, [candidate(true, 0.4), candidate(false, 0.1)], 200), round(15, [candidate(false, null)], null)],
-      [snap(5, "pruned", [member("a", 0)]), snap(15, "evolved", [member("a", 0)]), snap(16, "step", [])],
+      history([
+        [5, "pruned", [["a", 0]]],
+        [
+          15,
+          "evolved",
+          [
+            ["a", 0],
+            ["b", 1],
+          ],
+        ],
+        [16, "step", []],
+      ]),
     );
     expect(markers.map((m) => [m.step, m.kind, m.count])).toEqual([
       [5, "pruned", 1],
@@ -99,9 +260,10 @@ describe("evolutionMarkers", () => {
       [15, "merged", 1],
     ]);
     expect(markers[2].detail).toBe("1 of 2 accepted");
+    expect([markers[0].detail, markers[3].detail]).toEqual(["1 left", "2 members"]);
   });
 
   it("has no markers without rounds or evolution snapshots", () => {
-    expect(evolutionMarkers([], [snap(1, "step", [])])).toEqual([]);
+    expect(evolutionMarkers([], history([[1, "step", []]]))).toEqual([]);
   });
 });

@@ -35,7 +35,7 @@ export async function lineagePage(root: HTMLElement, api: Api): Promise<void> {
     return;
   }
   const { lineage } = data;
-  const bestId = data.run.best_instruction_id ?? data.population.snapshots.at(-1)?.best_id ?? null;
+  const bestId = data.run.best_instruction_id ?? data.population.snapshots.best_id.at(-1) ?? null;
   const byId = new Map(lineage.nodes.map((node) => [node.id, node]));
   const showRejected = byTestId<HTMLInputElement>(root, "show-rejected");
   const weightChart = createChart(byTestId(root, "chart-weight-history"), "Weight of the chosen instruction per step");
@@ -144,7 +144,7 @@ function renderDetail(
     node.critique || (node.parent_id ? "The optimizer wrote no critique for this round." : "A seed has no critique.");
   fill(byTestId(root, "lineage-failures"), ...failures(round));
   fill(byTestId(root, "lineage-candidates"), ...candidatesFrom(lineage.rounds, node.id, select));
-  const history = weightHistory(population.snapshots, node.id);
+  const history = weightHistory(population, node.id);
   weightChart.setOption(
     linePanel("Weight", [{ type: "line", name: "weight", data: history, showSymbol: history.length < 40 }], {
       grid: { left: 44, right: 12, top: 28, bottom: 24 },

@@ -5,7 +5,7 @@ import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { configDiff, formatValue } from "../transforms/configDiff";
 import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
-import { evolutionMarkers, lastPerStep, populationShares } from "../transforms/population";
+import { evolutionMarkers, lastPerStep, membersAt, populationShares } from "../transforms/population";
 import { ACTIVE_STATUSES, type Lineage, type MetricSeries, type PopulationHistory, type Run } from "../types";
 import { RunCharts, type ShareMode } from "./runCharts";
 
@@ -42,10 +42,10 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
     return;
   }
   const draw = () => {
-    const markers = evolutionMarkers(data.lineage.rounds, data.population.snapshots);
+    const markers = evolutionMarkers(data.lineage.rounds, data.population);
     const maxStep = Math.max(data.run.total_steps, data.metrics.step.at(-1) ?? 0);
     charts.drawPanels(data.metrics, Number(smoothing.value), markers, maxStep);
-    charts.drawPopulation(populationShares(data.population.snapshots), shareMode.value as ShareMode, maxStep);
+    charts.drawPopulation(populationShares(data.population), shareMode.value as ShareMode, maxStep);
     charts.drawEvolution(markers, maxStep);
     byTestId(root, "charts-empty").hidden = data.metrics.step.length > 0;
   };
@@ -117,23 +117,22 @@ function renderStatus(root: HTMLElement, { run, metrics }: RunData): void {
 
 function renderPopulation(root: HTMLElement, { population, run }: RunData): void {
   const container = byTestId(root, "current-population");
-  const snapshot = lastPerStep(population.snapshots).at(-1);
-  if (!snapshot) {
+  const last = lastPerStep(population).at(-1);
+  if (last === undefined) {
     fill(container, h("p", { class: "muted", text: "No population yet." }));
     return;
   }
+  const { step, reason, best_id: bestIds } = population.snapshots;
   const lineageUrl = (id: string) => `/runs/${run.id}/lineage/?node=${encodeURIComponent(id)}`;
-  const rows = snapshot.members.map((m) =>
+  const rows = membersAt(population, last).map((m) =>
     h(
       "tr",
       {},
       h(
         "td",
         {},
-        m.id ? h("a", { href: lineageUrl(m.id) }, h("code", { text: m.id })) : "—",
-        m.id !== null && m.id === snapshot.best_id
-          ? h("span", { class: "best-mark", title: "best", text: " ★" })
-          : null,
+        h("a", { href: lineageUrl(m.id) }, h("code", { text: m.id })),
+        m.id === bestIds[last] ? h("span", { class: "best-mark", title: "best", text: " ★" }) : null,
       ),
       h("td", { class: "num", text: formatNumber(m.weight) }),
       h("td", { class: "num", text: formatNumber(m.probability) }),
@@ -143,7 +142,7 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
   );
   fill(
     container,
-    h("p", { class: "muted", text: `After step ${snapshot.step} (${snapshot.reason}); ★ is the best.` }),
+    h("p", { class: "muted", text: `After step ${step[last]} (${reason[last]}); ★ is the best.` }),
     h(
       "div",
       { class: "table-wrap" },
