@@ -7,10 +7,14 @@ population, lineage and compare endpoints with 8 concurrent clients, each agains
 the same server in the same run. Prints a markdown table: median and p95 latency, requests/s, and the ratio of
 each endpoint's median to ping's (what our queries cost on top of auth and the framework).
 
+The server's cache is Redis, as in docker-compose (a database of its own, emptied first, so every run's first
+request in the benchmark is a miss: the population row mixes those with cached answers).
+
     .venv/bin/python bench/api.py [--requests 400] [--clients 8] [--workers 4] [--threads 2] [--reseed]
 
-Needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/inspo_bench). Seeding takes
-about a minute and is skipped when the database already holds the data set.
+Needs PostgreSQL (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/inspo_bench) and Redis
+(BENCH_CACHE_URL, default redis://127.0.0.1:6379/13). Seeding takes about a minute and is skipped when the
+database already holds the data set.
 """
 
 from __future__ import annotations
@@ -63,12 +67,17 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     parser.add_argument("--threads", type=int, default=2, help="threads per gunicorn worker")
+    parser.add_argument("--cache-url", default=os.environ.get("BENCH_CACHE_URL", "redis://127.0.0.1:6379/13"))
     parser.add_argument("--reseed", action="store_true", help="rebuild the data set even if it is there")
     args = parser.parse_args()
 
+    os.environ["DJANGO_CACHE_URL"] = args.cache_url  # the server's too: start_server passes the environment on
     prepare(args.database_url, reseed=args.reseed)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    from django.core.cache import cache
     from django.db import connection
+
+    cache.clear()
 
     from webapp.runs.models import PopulationMember, Run
 
@@ -110,8 +119,8 @@ def main() -> None:
     print(
         f"\n{RUNS} runs × {STEPS} steps × {POPULATION} instructions × {ROUNDS} evolution rounds "
         f"({members:,} population rows); {args.requests} requests per endpoint from {args.clients} concurrent "
-        f"clients; gunicorn {args.workers} workers × {args.threads} threads; {os.cpu_count()} CPU cores shared by "
-        "server, PostgreSQL and clients.\n"
+        f"clients; gunicorn {args.workers} workers × {args.threads} threads, Redis cache; {os.cpu_count()} CPU cores "
+        "shared by server, PostgreSQL, Redis and clients.\n"
     )
     print("| endpoint | median ms | p95 ms | req/s | median ÷ ping | response KiB | p95 < 100 ms |")
     print("|---|---:|---:|---:|---:|---:|:-:|")

@@ -266,7 +266,9 @@ def _column(child: serializers.Field[Any, Any, Any, Any], help_text: str) -> ser
 
 class PopulationOutputSerializer(serializers.Serializer[Any]):
     """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
-    and per instruction its statistics as arrays over the snapshots it spans."""
+    and per instruction its statistics as arrays over the snapshots it spans. It documents the answer in the schema;
+    the view sends the selector's columns as they are, because passing thousands of numbers through a field each
+    costs more than reading them (tests check that this serializer reproduces them unchanged)."""
 
     class Snapshots(serializers.Serializer[Any]):
         step = _column(serializers.IntegerField(), "The step of each snapshot, ascending.")
@@ -302,7 +304,7 @@ class RunPopulationApi(APIView):
         run = selectors.run_get(user=user, run_id=run_id)
         return cached_json(
             selectors.run_cache_key(run=run, name="population"),
-            lambda: PopulationOutputSerializer(selectors.run_population_columns(run=run)).data,
+            lambda: selectors.run_population_columns(run=run),
         )
 
 

@@ -182,24 +182,24 @@ def run_population_columns(*, run: Run) -> dict[str, Any]:
         .values_list("id", "step", "reason", "best_id", "time")
     )
     index = {pk: i for i, (pk, *_) in enumerate(snapshots)}
-    keys = dict(Instruction.objects.filter(run=run).values_list("pk", "key"))
-    members: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
-    rows = PopulationMember.objects.filter(snapshot__run=run).values_list(
-        "snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward"
+    keys = dict(Instruction.objects.filter(run=run).order_by().values_list("pk", "key"))
+    members: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    rows = (
+        PopulationMember.objects.filter(snapshot__run=run)
+        .order_by()  # placed by snapshot index below; the default ordering would sort through the run
+        .values_list("snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward")
     )
     for snapshot_id, instruction_id, *values in rows:
-        members[instruction_id].append((index[snapshot_id], *values))
+        members[keys[instruction_id]].append((index[snapshot_id], *values))
     instructions: list[dict[str, Any]] = []
-    for instruction_id, stats in members.items():
+    for key, stats in members.items():
         stats.sort(key=lambda row: row[0])
         start = stats[0][0]
         columns: list[list[Any]] = [[None] * (stats[-1][0] - start + 1) for _ in POPULATION_FIELDS]
         for position, *values in stats:
             for column, value in zip(columns, values, strict=True):
                 column[position - start] = value
-        instructions.append(
-            {"id": keys[instruction_id], "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))}
-        )
+        instructions.append({"id": key, "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))})
     # First membership first; among those that joined together, the heavier first (the order the stacked chart uses).
     instructions.sort(key=lambda entry: (entry["start"], -entry["weight"][0], entry["id"]))
     return {

@@ -7,9 +7,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from rest_framework.renderers import JSONRenderer
 
 from tests.factories import InstructionFactory, PopulationMemberFactory, PopulationSnapshotFactory, RunFactory
 from webapp.runs import selectors
+from webapp.runs.apis import PopulationOutputSerializer
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -157,3 +159,13 @@ def test_the_schema_documents_the_column_wise_shape(alice, api):
     columns = components[instruction]["properties"]
     assert set(columns) == {"id", "start", "weight", "probability", "samples", "mean_reward"}
     assert columns["weight"]["type"] == "array" and columns["weight"]["items"]["nullable"] is True
+
+
+def test_the_output_serializer_reproduces_the_columns_unchanged(alice_team):
+    """The view sends the selector's columns without the serializer; the schema stays true only if it would have
+    produced the same JSON."""
+    run = RunFactory(team=alice_team, status=Run.Status.FINISHED)
+    build_history(run)
+    columns = selectors.run_population_columns(run=run)
+    render = JSONRenderer().render
+    assert render(PopulationOutputSerializer(columns).data) == render(columns)
