@@ -82,15 +82,18 @@ def run_claim(*, run_id: UUID | str, worker: str) -> Attempt | None:
 
 def run_settle(attempt: Attempt, *, status: str, error: str = "") -> bool:
     """End the attempt's run as finished, cancelled or failed (with why, and resumable); False when the attempt
-    no longer held it."""
+    no longer held it (and then it touches nothing)."""
+    if not attempt.current():
+        return False
     checkpoints_refresh(run_id=attempt.run_id)
     now = timezone.now()
     return bool(attempt.held().update(status=status, error=error[:10_000], finished_at=now, heartbeat_at=now))
 
 
 def run_fail(attempt: Attempt, reason: str) -> bool:
-    """Fail the attempt's run with the reason (resumable from its newest checkpoint), if the attempt holds it."""
-    return bool(_fail(attempt.run_id, reason, attempts=attempt.number))
+    """Fail the attempt's run with the reason (resumable from its newest checkpoint), if the attempt holds it (and
+    touch nothing if not)."""
+    return attempt.current() and bool(_fail(attempt.run_id, reason, attempts=attempt.number))
 
 
 def _fail(run_id: UUID | str, reason: str, **still: Any) -> int:
