@@ -62,6 +62,10 @@ class GRPOConfig:
     """Train LoRA adapters (peft) instead of all weights."""
     lora_rank: int = 16
     """LoRA rank when use_lora is on."""
+    drop_uniform_groups: bool = False
+    """Leave out of the update every group whose G rollouts all scored the same: their advantages are all 0, so
+    only the KL term would train on them (DAPO's dynamic sampling, without resampling). A step where every group is
+    uniform makes no update. Torch backend only."""
 
 
 @dataclass
@@ -153,6 +157,14 @@ class EnvConfig:
     answer in a malformed trajectory scores 1 − format_score, a wrong one 0."""
     retrieval_score: float = 0.1
     """em_format: added to format_score when a well-formed, wrong trajectory retrieved a passage with a gold answer."""
+    answer_score: float = 0.0
+    """em_format: score of a malformed trajectory whose rollout ended with a wrong answer (Search-R1's
+    `final_format_score`; 0 there and here by default): a first rung for a model that never writes the whole
+    protocol."""
+    response_prefix: str = ""
+    """Text the environment writes at the start of every reply before the model continues it (R1-Zero templates
+    open the reply with '<think>'). It is part of the response the reward reads, and never trained. Torch backend
+    only."""
 
 
 @dataclass
@@ -442,6 +454,7 @@ _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
     "env.max_turns": (1, 32, True),
     "env.format_score": (0, 0.5, True),
     "env.retrieval_score": (0, 0.5, True),
+    "env.answer_score": (0, 0.25, True),
     "env.top_k": (1, 100, True),
     "env.max_turn_tokens": (1, 32_768, True),
     "env.max_obs_tokens": (1, 32_768, True),
@@ -506,6 +519,13 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
         errors.append(FieldError("population.initial_instructions", "seed + these exceed population_size"))
     if not pop.seed_instruction.strip():
         errors.append(FieldError("population.seed_instruction", "must not be empty"))
+    if config.env.answer_score > config.env.format_score:
+        errors.append(FieldError("env.answer_score", f"must be ≤ format_score ({config.env.format_score})"))
+    if config.backend.name == "verl":
+        if config.env.response_prefix:
+            errors.append(FieldError("env.response_prefix", "is supported by the torch backend only"))
+        if grpo.drop_uniform_groups:
+            errors.append(FieldError("grpo.drop_uniform_groups", "is supported by the torch backend only"))
     if config.env.retriever == "remote" and not config.env.retriever_url:
         errors.append(FieldError("env.retriever_url", "is required when retriever is 'remote'"))
     if config.optimizer.provider == "openai" and not (config.optimizer.base_url or config.optimizer.endpoint):
@@ -639,26 +659,29 @@ def _paper() -> dict[str, Any]:
 
 
 CPU_DEMO_EXAMPLE = (
-    "For example, to the question 'What is the capital of Kenya?' reply: <think> I need the capital of Kenya. "
-    "</think> <search> capital of Kenya </search> and, once the passages arrive in <information> and "
-    "</information>: <think> The passage says Nairobi. </think> <answer> Nairobi </answer>"
+    "Always search before you answer. Reply in exactly this shape: <think> what I must find </think> <search> a "
+    "short query </search>, then, once the passages arrive in <information> and </information>: <think> what the "
+    "passages say </think> <answer> the short answer </answer>"
 )
 """The cpu-demo's hand-written second instruction: the seed plus one worked example of the protocol."""
 
 
 def _cpu_demo() -> dict[str, Any]:
-    """A run that visibly learns in about half an hour on two CPU cores: SmolLM2-135M, the format-aware reward,
-    one searching turn then the answer turn, short turns, a population seeded with a worked example, two
-    evolutions by the offline `rules` optimizer, and the final evaluation on the built-in test split."""
+    """A run that visibly learns in well under half an hour on two CPU cores: SmolLM2-135M, the format-aware reward
+    weighted towards searching, a reply that opens with '<think>', one searching turn then the answer turn, short
+    turns, a population seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and
+    the final evaluation on the built-in test split."""
     return {
         "grpo": {
-            "total_steps": 24,
-            "group_size": 5,
+            "total_steps": 40,
+            "group_size": 8,
             "batch_size": 4,
             "mini_batch_size": 4,
             "micro_batch_size": 4,
             "lr": 2e-5,
+            "kl_coef": 0.02,
             "sampling_temperature": 0.7,
+            "drop_uniform_groups": True,
         },
         "population": {
             "population_size": 4,
@@ -667,7 +690,7 @@ def _cpu_demo() -> dict[str, Any]:
         },
         "evolution": {
             "evolve_every": 8,
-            "evolve_until": 16,
+            "evolve_until": 32,
             "n_candidates": 3,
             "verify_samples": 10,
             "max_verify_rounds": 2,
@@ -678,6 +701,10 @@ def _cpu_demo() -> dict[str, Any]:
             "max_obs_tokens": 80,
             "max_prompt_length": 1024,
             "reward": "em_format",
+            "format_score": 0.05,
+            "retrieval_score": 0.3,
+            "answer_score": 0.05,
+            "response_prefix": "<think>",
         },
         "backend": {"device": "cpu", "max_new_tokens": 40},
         "optimizer": {"provider": "rules"},

@@ -161,6 +161,7 @@ def em_format_reward(
     answers: Sequence[str | None] | None = None,
     format_score: float = 0.2,
     retrieval_score: float = 0.1,
+    answer_score: float = 0.0,
     **_: object,
 ) -> list[float]:
     """Exact match with partial credit for the protocol, in the spirit of Search-R1's `qa_em_format`:
@@ -168,7 +169,8 @@ def em_format_reward(
     - a correct answer scores 1 in a well-formed trajectory and 1 − format_score in a malformed one;
     - a wrong (or missing) answer in a well-formed trajectory scores format_score, plus retrieval_score when a
       retrieved passage held a gold answer;
-    - a wrong answer in a malformed trajectory scores 0, so text that merely contains the tags earns nothing.
+    - a wrong answer in a malformed trajectory scores answer_score (Search-R1's `final_format_score`, 0 by
+      default, so text that merely contains the tags earns nothing), a malformed one with no answer 0.
 
     `answers` are the final answers the rollout took (default: the last `<answer>` of each completion).
 
@@ -177,6 +179,8 @@ def em_format_reward(
     [1.0, 0.2, 0.0, 0.0]
     >>> em_format_reward(["<think>x</think> <answer>Lima</answer> extra"], golden_answers=[["Lima"]])
     [0.8]
+    >>> em_format_reward(["I say <answer>Quito</answer>", "Quito"], golden_answers=[["Lima"]] * 2, answer_score=0.1)
+    [0.1, 0.0]
     """
     if answers is None:
         answers = [extract_answer(c) for c in completions]
@@ -188,7 +192,7 @@ def em_format_reward(
         elif well_formed:
             scores.append(format_score + (retrieval_score if retrieved_gold(completion, golds) else 0.0))
         else:
-            scores.append(0.0)
+            scores.append(answer_score if answer is not None else 0.0)
     return scores
 
 

@@ -30,14 +30,15 @@ class Guidance:
 
 
 WORKED_EXAMPLE = (
-    "For example, to the question 'What is the capital of Kenya?' reply: <think> I need the capital of Kenya. "
-    "</think> <search> capital of Kenya </search> and, once the passages arrive in <information> and "
-    "</information>: <think> The passage says Nairobi. </think> <answer> Nairobi </answer>"
+    "Reply in this shape: <think> what I must find </think> <search> a short query </search>, and once the "
+    "passages arrive in <information> and </information>: <think> what they say </think> <answer> the short "
+    "answer </answer>"
 )
-"""A worked example of the whole protocol: what a small policy that never writes the tags needs most."""
+"""The whole protocol as a template: what a small policy that never writes the tags needs most. It names no
+entity, since a small policy copies a concrete example's answer into every reply."""
 
-SHORT_EXAMPLE = "For example: <think> The capital of Kenya is Nairobi. </think> <answer> Nairobi </answer>"
-"""A worked example of the shortest well-formed reply: reasoning, then the answer in its tags."""
+SHORT_EXAMPLE = "Reply in this shape: <think> what the question asks </think> <answer> the short answer </answer>"
+"""The shortest well-formed reply as a template: reasoning, then the answer in its tags."""
 
 GUIDANCE = (
     Guidance("no search", "Before answering, always search at least once with <search> and </search>."),

@@ -61,6 +61,9 @@ def test_the_static_mode_never_evolves():
         ({"population.prune": "yes"}, "population.prune"),
         ({"env.retriever": "remote"}, "env.retriever_url"),
         ({"optimizer.provider": "openai"}, "optimizer.base_url"),
+        ({"env.answer_score": 0.9}, "env.answer_score"),
+        ({"backend.name": "verl", "env.response_prefix": "<think>"}, "env.response_prefix"),
+        ({"backend.name": "verl", "grpo.drop_uniform_groups": True}, "grpo.drop_uniform_groups"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_field_named(overrides, field):

@@ -50,12 +50,27 @@ def test_retrieval_credit_needs_the_gold_answer_inside_a_passage_not_in_the_mode
     assert not retrieved_gold("<information>Limassol is in Cyprus.</information>", ["Lima"])
 
 
-@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=20)))
-def test_em_format_is_bounded_and_a_correct_answer_always_beats_a_wrong_one(response, answer):
-    (score,) = em_format_reward([response], golden_answers=GOLD, answers=[answer])
+def test_answer_score_is_the_first_rung_a_wrong_answer_in_a_malformed_reply():
+    """Search-R1's final_format_score: any answer the rollout gave earns a little, prose without one nothing; a
+    well-formed reply and a correct answer still earn more."""
+    weights = {"format_score": 0.1, "answer_score": 0.05}
+    replies = ["I say <answer> Quito </answer>", "The capital is Quito.", "<think>x</think><answer> Quito </answer>"]
+    scores = em_format_reward(replies, golden_answers=GOLD * 3, answers=["Quito", None, "Quito"], **weights)
+    assert scores == [pytest.approx(0.05), 0.0, pytest.approx(0.1)]
+    assert em_format_reward([replies[0]], golden_answers=GOLD, answers=["Lima"], **weights) == [pytest.approx(0.9)]
+
+
+WEIGHTS = st.fixed_dictionaries(
+    {"format_score": st.floats(0, 0.5), "retrieval_score": st.floats(0, 0.5), "answer_score": st.floats(0, 0.25)}
+)
+
+
+@given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=20)), WEIGHTS)
+def test_em_format_is_bounded_and_a_correct_answer_always_beats_a_wrong_one(response, answer, weights):
+    (score,) = em_format_reward([response], golden_answers=GOLD, answers=[answer], **weights)
     assert 0.0 <= score <= 1.0
-    (right,) = em_format_reward([response], golden_answers=GOLD, answers=["Lima"])
-    (wrong,) = em_format_reward([response], golden_answers=GOLD, answers=["Quito"])
+    (right,) = em_format_reward([response], golden_answers=GOLD, answers=["Lima"], **weights)
+    (wrong,) = em_format_reward([response], golden_answers=GOLD, answers=["Quito"], **weights)
     assert right > wrong
 
 
@@ -70,3 +85,5 @@ def test_the_paper_preset_keeps_pure_exact_match_and_the_cpu_demo_uses_em_format
 def test_reward_weights_are_bounded_in_the_config():
     with pytest.raises(ValueError, match=r"env\.format_score"):
         RunConfig.from_dict({"env": {"format_score": 0.9}})
+    with pytest.raises(ValueError, match=r"env\.answer_score: must be ≤ format_score"):
+        RunConfig.from_dict({"env": {"format_score": 0.1, "answer_score": 0.2}})

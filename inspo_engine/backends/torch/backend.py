@@ -53,8 +53,13 @@ class TorchBackend:
         self.engine = RolloutEngine(self.trainer.model, tokenizer, retriever, settings, device=self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
+        self.drop_uniform_groups = config.grpo.drop_uniform_groups
+        env = config.env
         self.reward = functools.partial(
-            REWARDS[config.env.reward], format_score=config.env.format_score, retrieval_score=config.env.retrieval_score
+            REWARDS[env.reward],
+            format_score=env.format_score,
+            retrieval_score=env.retrieval_score,
+            answer_score=env.answer_score,
         )
 
     # -- PolicyBackend -------------------------------------------------------------------------------------
@@ -66,6 +71,10 @@ class TorchBackend:
         return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
 
     def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
+        if self.drop_uniform_groups:
+            groups = [group for group in groups if len({t.reward for t in group}) > 1]
+            if not groups:
+                return self.trainer.idle_step()
         advantages = group_advantages([[t.reward for t in group] for group in groups])
         samples = [
             TrainSample(t.payload.prompt_ids, t.payload.response_ids, t.payload.response_mask, advantage)

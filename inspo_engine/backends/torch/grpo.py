@@ -496,6 +496,13 @@ class GRPOTrainer:
         timings["update"] = perf_counter() - ref_done
         return UpdateResult(metrics=metrics, timings=timings)
 
+    def idle_step(self) -> UpdateResult:
+        """A training step with nothing to learn from: the schedule advances, the weights stay."""
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        self.scheduler.step()
+        self.steps_done += 1
+        return UpdateResult(metrics={"lr": lr, "optimizer_steps": 0.0, "trained_tokens": 0.0}, timings={})
+
     def minibatches(self, samples: Sequence[TrainSample]) -> list[list[int]]:
         """Sample indices of each mini-batch: whole groups (samples sharing a prompt) in shuffled order,
         `mini_batch_size` groups each, so a group's rollouts always train together."""

@@ -85,6 +85,8 @@ class RolloutSettings:
     """Nucleus sampling mass (1.0 = off; ignored when greedy)."""
     placement: Placement = "user"
     """Where the instruction goes in the chat (see `chat_messages`)."""
+    response_prefix: str = ""
+    """Text that opens every reply: read with the prompt (so never trained), and the start of the response text."""
 
     @classmethod
     def from_config(cls, env: EnvConfig, *, temperature: float, top_p: float, max_new_tokens: int) -> RolloutSettings:
@@ -98,6 +100,7 @@ class RolloutSettings:
             temperature=temperature,
             top_p=top_p,
             placement=env.instruction_placement,
+            response_prefix=env.response_prefix,
         )
 
 
@@ -278,10 +281,10 @@ class RolloutEngine:
     # -- prompts -----------------------------------------------------------------------------------------------
 
     def prompt_ids(self, instruction: str, question: Question) -> list[int]:
-        """The chat prompt of `chat_messages`, ready for the model's reply."""
+        """The chat prompt of `chat_messages`, ready for the model's reply (which opens with the response prefix)."""
         messages = chat_messages(instruction, question.text, self.settings.placement)
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return self._encode(text)
+        return self._encode(text + self.settings.response_prefix)
 
     def _rows(self, items: Sequence[tuple[str, Question]]) -> list[_Row]:
         prompts: dict[tuple[str, str], list[int]] = {}
@@ -481,7 +484,7 @@ class RolloutEngine:
         return text
 
     def _result(self, row: _Row) -> RolloutSample:
-        text = self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
+        text = self.settings.response_prefix + self.tokenizer.decode(row.response_ids, skip_special_tokens=True)
         return RolloutSample(
             prompt_ids=list(row.prompt_ids),  # the rows of a group share one list while running
             response_ids=row.response_ids,

@@ -138,6 +138,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("+inspo.reward", env.reward),
         ("+inspo.format_score", env.format_score),
         ("+inspo.retrieval_score", env.retrieval_score),
+        ("+inspo.answer_score", env.answer_score),
     ]
     if paths is not None:
         pairs += [

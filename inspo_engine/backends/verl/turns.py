@@ -47,6 +47,8 @@ class TurnLimits:
     """em_format's partial credit for a well-formed trajectory."""
     retrieval_score: float = 0.1
     """em_format's bonus when a retrieved passage held a gold answer."""
+    answer_score: float = 0.0
+    """em_format's credit for a wrong answer in a malformed trajectory."""
 
 
 def response_length_for(max_turns: int, max_turn_tokens: int, max_obs_tokens: int) -> int:
@@ -123,6 +125,7 @@ class Episode:
             answers=[self.answer],
             format_score=limits.format_score,
             retrieval_score=limits.retrieval_score,
+            answer_score=limits.answer_score,
         )
         return value
 

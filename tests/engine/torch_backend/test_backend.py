@@ -65,3 +65,25 @@ def test_save_then_load_continues_with_the_same_weights_and_sampling(backend, tm
     again = TorchBackend(CONFIG, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
     again.load(tmp_path)
     assert [[t.response for t in g] for g in again.rollout(requests(1), group_size=2)] == expected
+
+
+def test_dropping_uniform_groups_trains_only_on_groups_whose_rewards_differ():
+    config = CONFIG.with_overrides({"grpo.drop_uniform_groups": True})
+    backend = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    weights = [p.detach().clone() for p in backend.trainer.model.parameters()]
+
+    def unchanged() -> bool:
+        return all(torch.equal(w, p) for w, p in zip(weights, backend.trainer.model.parameters(), strict=True))
+
+    groups = backend.rollout(requests(), group_size=2)
+    for group in groups:
+        for trajectory in group:
+            trajectory.reward = 0.0
+    idle = backend.update(groups)
+    assert unchanged() and idle.metrics["optimizer_steps"] == 0.0 and backend.trainer.steps_done == 1
+
+    groups[0][0].reward = 1.0
+    mixed = backend.update(groups)
+    assert not unchanged() and mixed.metrics["optimizer_steps"] == 1.0
+    trained = sum(len(t.payload.response_ids) for t in groups[0])
+    assert mixed.metrics["response_tokens"] == trained  # the uniform second group was left out

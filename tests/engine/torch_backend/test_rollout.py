@@ -372,3 +372,28 @@ def test_the_placement_comes_from_the_run_config():
     env = EnvConfig(instruction_placement="system")
     assert RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8).placement == "system"
     assert RolloutSettings.from_config(EnvConfig(), temperature=1.0, top_p=1.0, max_new_tokens=8).placement == "user"
+
+
+def test_a_response_prefix_opens_every_reply_is_read_with_the_prompt_and_never_trained(smollm2):
+    model, tokenizer = smollm2
+    plain = RolloutEngine(model, tokenizer, EchoRetriever(), settings(max_turns=0, max_turn_tokens=6), device=CPU)
+    engine = RolloutEngine(
+        model,
+        tokenizer,
+        EchoRetriever(),
+        settings(max_turns=0, max_turn_tokens=6, response_prefix="<think>"),
+        device=CPU,
+    )
+    prompt = engine.prompt_ids(SEED_INSTRUCTION, PERU)
+    assert tokenizer.decode(prompt).endswith("<|im_start|>assistant\n<think>")
+    assert prompt[: len(plain.prompt_ids(SEED_INSTRUCTION, PERU))] == plain.prompt_ids(SEED_INSTRUCTION, PERU)
+    (sample,) = engine.generate([(SEED_INSTRUCTION, PERU)], generator=torch.Generator().manual_seed(0))
+    assert sample.prompt_ids == prompt
+    assert sample.response_text.startswith("<think>")
+    assert sample.response_text == "<think>" + tokenizer.decode(sample.response_ids, skip_special_tokens=True)
+    assert len(sample.response_mask) == len(sample.response_ids)  # the prefix is prompt, not a trained token
+
+
+def test_the_response_prefix_comes_from_the_run_config():
+    env = EnvConfig(response_prefix="<think>")
+    assert RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8).response_prefix == "<think>"
