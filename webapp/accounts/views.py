@@ -39,21 +39,24 @@ class SignOutView(auth_views.LogoutView):
     pass
 
 
+NEW_TOKEN_SESSION_KEY = "accounts:new-token"
+"""Where a just-created key waits in the session for the one page that shows it (taken out as it is shown)."""
+
+
 @never_cache
 @login_required
 def token_list(request: HttpRequest) -> HttpResponse:
+    """The user's tokens. Creating one redirects back here (so reloading the page never creates a second), and
+    the new key is shown on that one page only."""
     user = acting_user(request)
     form = TokenForm(request.POST or None)
-    new_key = None
-    status = 200
-    if request.method == "POST":
-        if form.is_valid():
-            _, new_key = services.api_token_create(user=user, name=form.cleaned_data["name"])
-            form = TokenForm()
-        else:
-            status = 400
+    if request.method == "POST" and form.is_valid():
+        _, key = services.api_token_create(user=user, name=form.cleaned_data["name"])
+        request.session[NEW_TOKEN_SESSION_KEY] = key
+        return redirect("accounts:tokens")
+    new_key = request.session.pop(NEW_TOKEN_SESSION_KEY, None) if request.method == "GET" else None
     context = {"form": form, "tokens": selectors.api_token_list(user=user), "new_key": new_key}
-    return render(request, "accounts/tokens.html", context, status=status)
+    return render(request, "accounts/tokens.html", context, status=400 if request.method == "POST" else 200)
 
 
 @login_required

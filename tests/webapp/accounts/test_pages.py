@@ -11,7 +11,8 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.factories import UserFactory
-from webapp.accounts.models import Invitation, Membership, User
+from webapp.accounts.authentication import token_digest
+from webapp.accounts.models import ApiToken, Invitation, Membership, User
 
 pytestmark = pytest.mark.django_db
 
@@ -63,3 +64,21 @@ def test_create_team_user_prints_a_new_password_once():
     call_command("create_team_user", team="Demo Team", username="demo", stdout=again)
     assert "password:" not in again.getvalue() and "exists" in again.getvalue()
     assert User.objects.get(username="demo").check_password(password)
+
+
+def test_create_team_user_prints_an_api_token_once_when_asked():
+    out = StringIO()
+    call_command("create_team_user", "--token", team="Demo Team", username="demo", stdout=out)
+    key = re.search(r"token: (\S+)", out.getvalue()).group(1)
+    token = ApiToken.objects.get(user__username="demo")
+    assert token.name == "create_team_user" and token.digest == token_digest(key)
+    assert Client(HTTP_AUTHORIZATION=f"Token {key}").get("/api/v1/runs/").status_code == 200
+
+    named = StringIO()
+    call_command("create_team_user", "--token", "ci", team="Demo Team", username="demo", stdout=named)
+    assert "exists" in named.getvalue() and "token: " in named.getvalue()
+    assert sorted(ApiToken.objects.values_list("name", flat=True)) == ["ci", "create_team_user"]
+
+    plain = StringIO()
+    call_command("create_team_user", team="Demo Team", username="demo", stdout=plain)
+    assert "token" not in plain.getvalue() and ApiToken.objects.count() == 2

@@ -1,4 +1,5 @@
-"""`manage.py create_team_user`: make (or reuse) a team and a user in it, printing a new user's password once."""
+"""`manage.py create_team_user`: make (or reuse) a team and a user in it, printing a new user's password once, and
+with `--token` a new API token of the user (printed once: only its digest is stored)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.text import slugify
 
 from webapp.accounts.models import Role, Team, User
-from webapp.accounts.services import membership_set, team_create, user_create
+from webapp.accounts.services import api_token_create, membership_set, team_create, user_create
 from webapp.core.errors import ServiceError
+
+DEFAULT_TOKEN_NAME = "create_team_user"
 
 
 class Command(BaseCommand):
-    help = "Create a team and a user in it (both are reused when they exist). A new user's password is printed once."
+    help = (
+        "Create a team and a user in it (both are reused when they exist). A new user's password is printed once; "
+        "--token also creates an API token for the user and prints it once."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--team", required=True, help="team name; its slug is derived unless --slug is given")
@@ -24,6 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--password", default=None, help="default: a generated one, printed once")
         parser.add_argument("--role", choices=[r.value for r in Role], default=Role.OWNER.value)
         parser.add_argument("--superuser", action="store_true", help="also give the user the Django admin")
+        parser.add_argument(
+            "--token",
+            nargs="?",
+            const=DEFAULT_TOKEN_NAME,
+            default=None,
+            metavar="NAME",
+            help=f"also create an API token for the user, named NAME (default {DEFAULT_TOKEN_NAME!r}), printed once",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         slug = options["slug"] or slugify(options["team"])
@@ -40,6 +54,9 @@ class Command(BaseCommand):
                     validate=options["password"] is not None,
                 )
             membership_set(team=team, user=user, role=Role(options["role"]), by=None)
+            key = None
+            if options["token"] is not None:
+                _, key = api_token_create(user=user, name=options["token"])
         except ServiceError as error:
             raise CommandError(error.message) from error
         if options["superuser"] and not user.is_superuser:
@@ -49,3 +66,5 @@ class Command(BaseCommand):
             self.stdout.write(f"user: {user.username} exists; its password was printed when it was created")
         else:
             self.stdout.write(f"user: {user.username}\npassword: {password}")
+        if key is not None:
+            self.stdout.write(f"token: {key}")
