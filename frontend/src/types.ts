@@ -166,7 +166,8 @@ export interface Comparison {
     metric: string;
     columns: string[];
     rows: BenchmarkRow[];
-    best: Record<string, string>;
+    /** Per column the runs tied for its highest value; a column where no run is ahead of another is left out. */
+    best: Record<string, string[]>;
   };
   config_diff: { field: string; values: Record<string, unknown> }[];
   baseline: string | null;

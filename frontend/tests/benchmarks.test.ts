@@ -23,7 +23,7 @@ const comparison: Comparison = {
       { run_id: "r1", values: { hotpotqa: 0.309, nq: 0.438 }, average: 0.3735 },
       { run_id: "r2", values: { hotpotqa: 0.377 }, average: 0.377 },
     ],
-    best: { hotpotqa: "r2", nq: "r1", average: "r2" },
+    best: { hotpotqa: ["r2"], nq: ["r1"], average: ["r2"] },
   },
   config_diff: [],
   baseline: "r1",
@@ -44,6 +44,26 @@ describe("benchmarkTable", () => {
   it("marks the best run of each column, and only that one", () => {
     const best = table.rows.map((r) => r.cells.filter((c) => c.best).map((c) => c.column));
     expect(best).toEqual([["nq"], ["hotpotqa", "average"]]);
+  });
+
+  it("marks every run tied for the best, and none in a column the server leaves out", () => {
+    const tied = benchmarkTable({
+      ...comparison,
+      benchmarks: {
+        ...comparison.benchmarks,
+        rows: [
+          { run_id: "r1", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15 },
+          { run_id: "r2", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15 },
+        ],
+        best: {},
+      },
+    });
+    expect(tied.rows.flatMap((r) => r.cells.filter((c) => c.best))).toEqual([]);
+    const shared = benchmarkTable({
+      ...comparison,
+      benchmarks: { ...comparison.benchmarks, best: { nq: ["r1", "r2"] } },
+    });
+    expect(shared.rows.map((r) => r.cells.find((c) => c.column === "nq")?.best)).toEqual([true, false]);
   });
 
   it("carries deltas against the baseline and leaves missing values empty", () => {

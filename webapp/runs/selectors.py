@@ -3,6 +3,7 @@ evaluations, trajectories and checkpoints shaped for charts. Functions taking `r
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -399,8 +400,8 @@ def config_diff(runs: list[Run]) -> list[dict[str, Any]]:
 
 def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
     """Table 1 of the paper for these runs: rows are runs, columns the benchmarks any of them was evaluated on,
-    each cell the newest value of `metric`; `average` is over the run's benchmarks; `best` names the run with the
-    highest value of each column (ties: the first run)."""
+    each cell the newest value of `metric`; `average` is over the run's benchmarks; `best` lists per column the runs
+    with its highest value (see `column_best`), leaving out columns where no run is ahead of another."""
     newest: dict[str, dict[str, float]] = defaultdict(dict)
     rows = (
         Evaluation.objects.filter(run__in=runs, metric=metric)
@@ -420,8 +421,22 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
         scored = {**values, "average": average} if average is not None else {}
         for column, score in scored.items():
             cells.setdefault(column, {})[run_id] = score
-    best = {column: max(by_run, key=by_run.__getitem__) for column, by_run in cells.items()}
+    best = {column: tied for column, by_run in cells.items() if (tied := column_best(by_run))}
     return {"metric": metric, "columns": columns, "rows": table, "best": best}
+
+
+def column_best(by_run: dict[str, float]) -> list[str]:
+    """The runs that share a column's highest value, when some other run has less; none when every run there has
+    the same value (all 0.000, say) or only one run has a value, since then nothing is better than anything.
+
+    >>> column_best({"a": 0.2, "b": 0.4, "c": 0.4})
+    ['b', 'c']
+    >>> column_best({"a": 0.0, "b": 0.0}), column_best({"a": 0.3})
+    ([], [])
+    """
+    top = max(by_run.values())
+    tied = [run_id for run_id, value in by_run.items() if math.isclose(value, top, rel_tol=1e-12, abs_tol=1e-12)]
+    return tied if len(tied) < len(by_run) else []
 
 
 def benchmark_deltas(table: dict[str, Any], *, baseline: str) -> dict[str, dict[str, float]]:

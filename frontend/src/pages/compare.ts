@@ -200,7 +200,7 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
         "table",
         { "data-testid": "benchmark-table" },
         h("caption", {
-          text: `${table.metric.toUpperCase()} per benchmark; ★ best in the column; signed numbers are deltas against the baseline.`,
+          text: `${table.metric.toUpperCase()} per benchmark; ★ best in the column (every run tied for it; none when all are equal); signed numbers are deltas against the baseline.`,
         }),
         h("thead", {}, head),
         h("tbody", {}, ...rows),

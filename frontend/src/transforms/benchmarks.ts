@@ -11,6 +11,7 @@ export interface Cell {
   value: number | null;
   /** This run minus the baseline; null for the baseline itself, without a baseline, or where either lacks a value. */
   delta: number | null;
+  /** Tied for the column's highest value while some other run has less (a tie across the board marks none). */
   best: boolean;
 }
 
@@ -41,7 +42,7 @@ export function benchmarkTable(comparison: Comparison): BenchmarkTable {
         column,
         value,
         delta: deltas[row.run_id]?.[column] ?? null,
-        best: value !== null && benchmarks.best[column] === row.run_id,
+        best: value !== null && (benchmarks.best[column] ?? []).includes(row.run_id),
       };
     }),
   }));

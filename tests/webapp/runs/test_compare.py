@@ -49,12 +49,22 @@ def test_series_table_best_and_deltas(alice, api, static, online):
     assert rows[str(online.pk)]["values"] == {"nq": 0.40, "hotpotqa": 0.15}
     assert rows[str(static.pk)]["average"] == pytest.approx(0.25)
     assert rows[str(online.pk)]["average"] == pytest.approx(0.275)
-    assert table["best"] == {"nq": str(online.pk), "hotpotqa": str(static.pk), "average": str(online.pk)}
+    assert table["best"] == {"nq": [str(online.pk)], "hotpotqa": [str(static.pk)], "average": [str(online.pk)]}
     assert body["baseline"] == str(static.pk)
     deltas = body["deltas"][str(online.pk)]
     assert deltas["nq"] == pytest.approx(0.10) and deltas["hotpotqa"] == pytest.approx(-0.05)
     assert deltas["average"] == pytest.approx(0.025)
     assert str(static.pk) not in body["deltas"]
+
+
+def test_ties_star_every_run_with_the_top_value_and_a_tie_across_the_board_stars_none(alice, alice_team, api):
+    runs = [RunFactory(team=alice_team, creator=alice, name=name) for name in ("a", "b", "c")]
+    for run, nq, hotpotqa in zip(runs, (0.0, 0.0, 0.0), (0.5, 0.5, 0.25), strict=True):
+        EvaluationFactory(run=run, benchmark="nq", value=nq)
+        EvaluationFactory(run=run, benchmark="hotpotqa", value=hotpotqa)
+    best = compare(api(alice), *runs).json()["benchmarks"]["best"]
+    a, b, _ = (str(run.pk) for run in runs)
+    assert best == {"hotpotqa": [a, b], "average": [a, b]}  # nq: all 0.000, no star
 
 
 def test_config_diff_shows_only_fields_that_differ(alice, api, static, online):
@@ -66,7 +76,7 @@ def test_metric_choice_and_comma_separated_ids(alice, api, static, online):
     client = api(alice)
     response = client.get("/api/v1/compare/", {"runs": f"{static.pk},{online.pk}", "metric": "f1"})
     table = response.json()["benchmarks"]
-    assert table["columns"] == ["hotpotqa"] and table["best"] == {"hotpotqa": str(online.pk), "average": str(online.pk)}
+    assert table["columns"] == ["hotpotqa"] and table["best"] == {}  # one run has f1: nothing to be better than
     assert response.json()["deltas"] == {}
 
 
