@@ -5,10 +5,11 @@
 import { Api, describeError } from "../api";
 import { createChart, linePanel, ORIGIN_COLORS, type Chart } from "../charts";
 import { byTestId, fill, formatNumber, h } from "../dom";
+import { nodeState } from "../transforms/lineageNodes";
 import { weightHistory } from "../transforms/population";
 import { wordDiff } from "../transforms/wordDiff";
 import type { Lineage, LineageNode, PopulationHistory, Round, Run } from "../types";
-import { LineageGraph, nodeState } from "./lineageGraph";
+import { LineageGraph } from "./lineageGraph";
 import { renderResponse } from "./response";
 
 /** Shows an instruction in the detail panel; `focusList` moves keyboard focus to its entry in the list. */

@@ -4,56 +4,13 @@
 import { createChart, ORIGIN_COLORS, type Chart } from "../charts";
 import { escapeHtml } from "../dom";
 import { layoutLineage } from "../transforms/lineageLayout";
-import type { Lineage, LineageNode } from "../types";
-
-export type NodeState = "best" | "alive" | "pruned";
-
-export function nodeState(node: LineageNode, bestId: string | null): NodeState {
-  if (node.id === bestId) return "best";
-  return node.retired_step === null ? "alive" : "pruned";
-}
-
-interface GraphNode {
-  id: string;
-  parent_id: string | null;
-  origin: string;
-  label: string;
-  tooltip: string;
-  state: NodeState | "rejected";
-}
+import { graphNodes } from "../transforms/lineageNodes";
+import type { Lineage } from "../types";
 
 /** Margins of the graph inside its box, in pixels (the legend sits in the top one). */
 const MARGIN = { top: 48, bottom: 28, left: 32, right: 32 };
 /** Largest gaps between neighbours and generations: a small tree stays compact instead of filling the box. */
 const MAX_GAP = { x: 140, y: 110 };
-
-/** Graph nodes: the instructions, then (if asked) one per rejected candidate, hanging off its round's parent. */
-function graphNodes(lineage: Lineage, bestId: string | null, withRejected: boolean): GraphNode[] {
-  const nodes: GraphNode[] = lineage.nodes.map((node) => ({
-    id: node.id,
-    parent_id: node.parent_id,
-    origin: node.origin,
-    label: node.id,
-    tooltip: `${node.id} · ${node.origin} · born at step ${node.birth_step}\n${node.text.slice(0, 240)}`,
-    state: nodeState(node, bestId),
-  }));
-  if (withRejected) {
-    for (const round of lineage.rounds) {
-      round.candidates.forEach((candidate, i) => {
-        if (candidate.accepted) return;
-        nodes.push({
-          id: `${round.id}#${i + 1}`,
-          parent_id: round.parent_id,
-          origin: "candidate",
-          label: "",
-          tooltip: `Rejected at step ${round.step}: ${candidate.reason ?? "not selected"}\n${candidate.text.slice(0, 240)}`,
-          state: "rejected",
-        });
-      });
-    }
-  }
-  return nodes;
-}
 
 export class LineageGraph {
   private readonly chart: Chart;
@@ -97,8 +54,8 @@ export class LineageGraph {
           borderWidth: isSelected ? 3 : node.state === "best" ? 4 : 1,
           borderType: node.state === "pruned" ? "dashed" : "solid",
         },
-        // Labels on every node overlap in a wide tree: the list beside the graph names them all.
-        label: { show: isSelected || node.state === "best" || node.parent_id === null },
+        // Every node is labelled (short labels; zooming in spreads them); the chosen and the best ones in bold.
+        label: { show: true, fontWeight: isSelected || node.state === "best" ? "bold" : "normal" },
       };
     });
     const links = nodes
@@ -133,7 +90,6 @@ export class LineageGraph {
               itemStyle: { color: ORIGIN_COLORS[origin] ?? "#888" },
             })),
             label: { position: "bottom", fontSize: 10, color: "#333" },
-            labelLayout: { hideOverlap: true },
             lineStyle: { color: "#999", width: 1.5, curveness: 0 },
             edgeSymbol: ["none", "arrow"],
             edgeSymbolSize: 6,
