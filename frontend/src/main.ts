@@ -5,6 +5,7 @@ import { Api } from "./api";
 import { comparePage } from "./pages/compare";
 import { lineagePage } from "./pages/lineage";
 import { listPage } from "./pages/list";
+import { newRunPage } from "./pages/newRun";
 import { runPage } from "./pages/run";
 import { trajectoriesPage } from "./pages/trajectories";
 
@@ -14,6 +15,7 @@ const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | voi
   trajectories: trajectoriesPage,
   compare: comparePage,
   list: listPage,
+  new: newRunPage,
 };
 
 const root = document.getElementById("app");

@@ -35,6 +35,33 @@ CONFIG_FIELDS = {
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
 
+def preset_field_texts() -> dict[str, dict[str, str | None]]:
+    """Per preset, its value of each field the run form sets, as the form shows it (None: not set). A field left
+    empty keeps this value, so the form shows the chosen preset's."""
+    texts: dict[str, dict[str, str | None]] = {}
+    for name in PRESET_NAMES:
+        config: dict[str, Any] = config_compose(preset=name).to_dict()
+        texts[name] = {field: _display(_at(config, path)) for field, path in CONFIG_FIELDS.items()}
+    return texts
+
+
+def _at(config: dict[str, Any], path: str) -> Any:
+    value: Any = config
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def _display(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def _choices(*values: str) -> list[tuple[str, str]]:
     return [("", "(preset)")] + [(v, v) for v in values]
 

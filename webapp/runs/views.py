@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.accounts.models import Role
 from webapp.accounts.permissions import acting_user, role_of
@@ -25,7 +25,7 @@ from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 
 from . import selectors, services
 from .configs import PRESET_NAMES
-from .forms import CloneForm, EvaluateForm, RunForm
+from .forms import CONFIG_FIELDS, CloneForm, EvaluateForm, RunForm, preset_field_texts
 from .models import Run
 
 
@@ -126,7 +126,16 @@ def run_new(request: HttpRequest) -> HttpResponse:
             messages.success(request, f"Run “{run.name}” queued on the {run.queue} queue.")
             return redirect("runs:detail", run_id=run.pk)
     status = 400 if request.method == "POST" else 200
-    return render(request, "runs/new.html", {"form": form}, status=status)
+    presets = preset_field_texts()
+    chosen = form["preset"].value()
+    chosen = chosen if chosen in presets else PRESET_NAMES[0]
+    context = {
+        "form": form,
+        "preset_chosen": chosen,
+        "preset_summary": [(form[field], presets[chosen][field]) for field in CONFIG_FIELDS],
+        "preset_texts": json.dumps(presets),
+    }
+    return render(request, "runs/new.html", context, status=status)
 
 
 @login_required
@@ -237,10 +246,18 @@ def run_resume(request: HttpRequest, run_id: str) -> HttpResponse:
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_clone(request: HttpRequest, run_id: str) -> HttpResponse:
+    """GET: what a clone would queue, with its name, tags and overrides to fill in and a button that queues it (the
+    runs list links here, so one click never starts a run). POST: queue it."""
     user = acting_user(request)
     run = selectors.run_get(user=user, run_id=run_id)
+    if request.method == "GET":
+        if not _can_act(user, run):
+            raise PermissionDenied("Viewers cannot clone runs: ask a team owner for the member role.")
+        return render(
+            request, "runs/clone.html", {"run": run, "form": CloneForm(), "tags": selectors.run_tag_names(run=run)}
+        )
     form = CloneForm(request.POST)
     if not form.is_valid():
         messages.error(request, _errors_text(form))

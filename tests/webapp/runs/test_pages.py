@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from html import unescape
 
 import pytest
 from django.test import Client
@@ -188,3 +189,57 @@ def test_the_compare_page_refuses_runs_the_user_cannot_see(browser, running, oth
     assert browser.get(compare, {"runs": [str(uuid.uuid4())]}).status_code == 404
     too_many = [str(running.pk)] + [str(uuid.uuid4()) for _ in range(12)]
     assert browser.get(compare, {"runs": too_many}).status_code == 404
+
+
+def preset_summary(html: str) -> dict[str, str]:
+    """The form's summary of the chosen preset: field name → the text shown."""
+    summary = re.search(r'<dl[^>]*data-testid="preset-summary"[^>]*>(.*?)</dl>', html, re.S)
+    assert summary, "no preset summary"
+    return dict(re.findall(r'<dd data-field="(\w+)">([^<]*)</dd>', summary.group(1)))
+
+
+def test_the_form_shows_the_chosen_presets_values(browser, alice_team):
+    html = browser.get(reverse("runs:new")).content.decode()
+    shown = preset_summary(html)
+    assert shown["total_steps"] == "4" and shown["group_size"] == "2" and shown["backend"] == "torch"
+    assert shown["lr"] == "1e-05" and shown["optimizer_endpoint"] == "—"
+    assert 'data-page="new"' in html
+    presets = json.loads(unescape(re.search(r'data-presets="([^"]*)"', html).group(1)))
+    assert set(presets) == {"paper", "cpu-demo", "smoke"}
+    assert presets["smoke"]["total_steps"] == "4" and presets["paper"]["total_steps"] != "4"
+    assert presets["smoke"]["optimizer_endpoint"] is None
+
+    # A refused form keeps the preset the user chose, and its values.
+    refused = browser.post(reverse("runs:new"), {"team": alice_team.pk, "name": "", "preset": "paper"})
+    assert refused.status_code == 400
+    assert preset_summary(refused.content.decode())["total_steps"] == presets["paper"]["total_steps"]
+
+
+def test_clone_in_the_list_asks_before_it_queues_a_run(
+    browser, alice, alice_team, enqueued, django_capture_on_commit_callbacks
+):
+    source = RunFactory(team=alice_team, creator=alice, name="to clone", status=Run.Status.FINISHED, total_steps=4)
+    confirm = reverse("runs:clone", kwargs={"run_id": source.pk})
+    listing = browser.get(reverse("runs:list")).content.decode()
+    assert f'href="{confirm}"' in listing and f'action="{confirm}"' not in listing
+
+    page = browser.get(confirm)
+    html = page.content.decode()
+    assert page.status_code == 200 and has_testid(html, "confirm-clone")
+    assert "4 steps of the torch backend on the cpu queue" in html and "to clone" in html
+    assert Run.objects.count() == 1 and enqueued == []
+
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = browser.post(confirm, {"name": "", "tags": "", "overrides": ""})
+    clone = Run.objects.get(cloned_from=source)
+    assert queued.status_code == 302 and queued["Location"] == reverse("runs:detail", kwargs={"run_id": clone.pk})
+    assert clone.name == "to clone (clone)" and enqueued == [("workers.tasks.run_training", [str(clone.pk)], "cpu")]
+
+
+def test_only_members_of_the_runs_team_see_the_clone_page(alice, alice_team, victor, bob):
+    source = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED)
+    confirm = reverse("runs:clone", kwargs={"run_id": source.pk})
+    assert signed_in(victor).get(confirm).status_code == 403
+    assert signed_in(bob).get(confirm).status_code == 404
+    assert signed_in(None).get(confirm).status_code == 302
+    assert Run.objects.count() == 1
