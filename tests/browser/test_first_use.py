@@ -1,0 +1,104 @@
+"""What a new user meets first, in a real browser: the New run form shows the chosen preset's values and follows
+the preset; the runs list's Clone asks before it queues a run; a new API token is shown once, survives no reload
+and fits a 390 px screen; a compare table whose runs tie at 0.000 stars nobody. No console errors anywhere."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import test_dashboards_e2e as e2e
+from tests.factories import EvaluationFactory, RunFactory
+from webapp.accounts.models import ApiToken
+from webapp.runs.forms import preset_field_texts
+from webapp.runs.models import Run
+
+browser = e2e.browser  # the chromium fixture
+
+
+def signed_in(browser, live_server, user) -> e2e.Pages:
+    pages = e2e.Pages(browser, live_server.url)
+    pages.goto("/accounts/login/")
+    pages.page.fill("input[name=username]", user.username)
+    pages.page.fill("input[name=password]", e2e.PASSWORD)
+    pages.page.click("button[type=submit]")
+    pages.page.wait_for_url(f"{live_server.url}/")
+    return pages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_new_run_form_shows_the_chosen_presets_values(browser, live_server, alice):
+    presets = preset_field_texts()
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    page.get_by_test_id("submit-run").click()
+    page.wait_for_selector("#app[data-ready=true]")
+    summary = page.get_by_test_id("preset-summary")
+    total_steps = summary.locator('dd[data-field="total_steps"]')
+    assert page.input_value("select[name=preset]") == "smoke"
+    assert total_steps.inner_text() == presets["smoke"]["total_steps"] == "4"
+    assert page.get_attribute("input[name=total_steps]", "placeholder") == "4"
+
+    page.select_option("select[name=preset]", "paper")
+    assert total_steps.inner_text() == presets["paper"]["total_steps"] != "4"
+    assert summary.locator('dd[data-field="lr"]').inner_text() == presets["paper"]["lr"]
+    assert page.get_attribute("input[name=total_steps]", "placeholder") == presets["paper"]["total_steps"]
+    keep_mode = page.locator('select[name=mode] option[value=""]')
+    assert keep_mode.inner_text() == f"(preset: {presets['paper']['mode']})"
+    pages.shoot("new-run-form")
+    pages.assert_no_errors("the new run form")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_clone_in_the_runs_list_asks_before_it_queues_a_run(browser, live_server, alice, alice_team, enqueued):
+    source = RunFactory(team=alice_team, creator=alice, name="worth repeating", status=Run.Status.FINISHED)
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    page.get_by_role("link", name="Clone worth repeating").click()
+    page.wait_for_url(f"**/runs/{source.pk}/clone/")
+    assert "queues a new run" in page.get_by_test_id("clone-summary").inner_text()
+    assert Run.objects.count() == 1 and enqueued == []
+    pages.shoot("clone-confirm")
+
+    page.fill("input[name=name]", "repeated")
+    page.get_by_test_id("confirm-clone").click()
+    page.wait_for_url("**/runs/*/")
+    clone = Run.objects.get(cloned_from=source)
+    assert page.url.endswith(f"/runs/{clone.pk}/") and clone.name == "repeated"
+    assert [args for _, args, _ in enqueued] == [[str(clone.pk)]]
+    pages.assert_no_errors("cloning from the list")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_new_token_is_shown_once_fits_a_narrow_screen_and_a_reload_makes_no_second(browser, live_server, alice):
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto("/accounts/tokens/")
+    page.fill("input[name=name]", "laptop")
+    page.get_by_role("button", name="Create token").click()
+    token = page.locator("#new-token")
+    token.wait_for()
+    assert page.url == f"{live_server.url}/accounts/tokens/"
+    page.set_viewport_size({"width": 390, "height": 844})
+    overflow = token.evaluate("element => element.scrollWidth - element.clientWidth")
+    assert overflow <= 0, f"the token overflows its box by {overflow} px"
+    pages.shoot("token-created")
+
+    page.reload()
+    page.get_by_role("heading", name="API tokens").wait_for()
+    assert page.locator("#new-token").count() == 0
+    assert ApiToken.objects.filter(user=alice).count() == 1
+    pages.assert_no_errors("the token page")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tie_at_zero_stars_no_run_in_the_compare_table(browser, live_server, alice, alice_team):
+    runs = [RunFactory(team=alice_team, creator=alice, name=name) for name in ("first", "second")]
+    for run in runs:
+        EvaluationFactory(run=run, benchmark="nq", value=0.0)
+    pages = signed_in(browser, live_server, alice)
+    pages.goto(f"/compare/?runs={runs[0].pk}&runs={runs[1].pk}")
+    table = pages.page.get_by_test_id("benchmark-table")
+    table.wait_for()
+    body = table.locator("tbody").inner_text()
+    assert "0.000" in body and "★" not in body and table.locator(".best-mark").count() == 0
+    pages.assert_no_errors("the compare page")
