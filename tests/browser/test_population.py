@@ -52,10 +52,12 @@ def test_a_finished_runs_population_draws_on_the_run_and_lineage_pages(browser, 
     assert rows.nth(0).inner_text().startswith("ins-0002 ★") and "0.600" in rows.nth(0).inner_text()
     assert rows.nth(1).inner_text().startswith("ins-0000")
     page.locator('[data-testid="chart-population"] canvas').first.wait_for()
+    pages.shoot("run-small-population")
     pages.assert_no_errors("the run page")
 
     pages.goto(f"/runs/{run.pk}/lineage/?node=ins-0000")
     page.wait_for_selector("#app[data-ready=true]")
     page.locator('[data-testid="chart-weight-history"] canvas').first.wait_for()
     page.locator('[data-testid="chart-lineage"] canvas').first.wait_for()
+    pages.shoot("lineage-small-run")
     pages.assert_no_errors("the lineage page")
