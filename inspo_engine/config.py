@@ -475,7 +475,8 @@ _BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
 }
 
 
-def _get(config: RunConfig, path: str) -> Any:
+def field_value(config: RunConfig, path: str) -> Any:
+    """The value of the field at a dotted path: `field_value(config, "grpo.lr")`."""
     value: Any = config
     for part in path.split("."):
         value = getattr(value, part)
@@ -496,7 +497,7 @@ def _describe(low: float | None, high: float | None, inclusive: bool) -> str:
 def _check_bounds(config: RunConfig) -> list[FieldError]:
     errors = []
     for path, (low, high, inclusive) in _BOUNDS.items():
-        value = _get(config, path)
+        value = field_value(config, path)
         too_low = low is not None and (value < low if inclusive else value <= low)
         too_high = high is not None and value > high
         if too_low or too_high:
@@ -568,7 +569,7 @@ def _check_strings(config: RunConfig) -> list[FieldError]:
     Every string and list has a length limit (MAX_INSTRUCTION_CHARS, MAX_STRING_CHARS, MAX_LIST_ITEMS)."""
     errors = []
     for path, most in MAX_LIST_ITEMS.items():
-        count = len(_get(config, path))
+        count = len(field_value(config, path))
         if count > most:
             errors.append(FieldError(path, f"must have at most {most} items, got {count}"))
     for path, text in _string_fields(config, ""):

@@ -12,7 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import PRESETS, ConfigError, RunConfig
+from inspo_engine.coevolution import phases_for
+from inspo_engine.config import PRESETS, ConfigError, RunConfig, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 
@@ -49,6 +50,12 @@ def config_compose(
         return config.with_overrides(dict(overrides)) if overrides else config
     except ConfigError as error:
         raise config_errors(error) from error
+
+
+def config_total_steps(config: RunConfig) -> int:
+    """The run's steps over every phase its mode runs (the engine's `phases_for`): pre and post add the
+    instruction-only phase to the training steps."""
+    return sum(phase.steps for phase in phases_for(config))
 
 
 def config_validate(data: Mapping[str, Any], *, team: Team) -> RunConfig:
@@ -110,23 +117,22 @@ def _exists(path: Path) -> bool:
 def config_confine(config: RunConfig, *, team: Team) -> RunConfig:
     """The config with every path-like field resolved and confined to the team's data (see `confine_path`);
     InvalidInput under `config` naming each field that points elsewhere."""
-    data = config.to_dict()
+    confined: dict[str, Any] = {}
     errors: dict[str, list[str]] = {}
     for field, known in PATH_FIELDS.items():
-        section, leaf = field.split(".")
-        value = data[section][leaf]
+        value = field_value(config, field)
         if value:
             try:
-                data[section][leaf] = confine_path(field, value, team=team, known=known)
+                confined[field] = confine_path(field, value, team=team, known=known)
             except InvalidInput as error:
                 errors |= error.errors
     try:
-        data["eval"]["benchmarks"] = benchmark_paths(data["eval"]["benchmarks"], team=team, field="eval.benchmarks")
+        confined["eval.benchmarks"] = benchmark_paths(list(config.eval.benchmarks), team=team, field="eval.benchmarks")
     except InvalidInput as error:
         errors |= error.errors
     if errors:
         raise InvalidInput(errors, key="config")
-    return RunConfig.from_dict(data)
+    return config.with_overrides(confined)
 
 
 def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks") -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from inspo_engine.config import RunConfig
+from inspo_engine.config import RunConfig, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
@@ -40,16 +40,9 @@ def preset_field_texts() -> dict[str, dict[str, str | None]]:
     empty keeps this value, so the form shows the chosen preset's."""
     texts: dict[str, dict[str, str | None]] = {}
     for name in PRESET_NAMES:
-        config: dict[str, Any] = config_compose(preset=name).to_dict()
-        texts[name] = {field: _display(_at(config, path)) for field, path in CONFIG_FIELDS.items()}
+        config = config_compose(preset=name)
+        texts[name] = {field: _display(field_value(config, path)) for field, path in CONFIG_FIELDS.items()}
     return texts
-
-
-def _at(config: dict[str, Any], path: str) -> Any:
-    value: Any = config
-    for part in path.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
 
 
 def _display(value: Any) -> str | None:

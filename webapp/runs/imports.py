@@ -19,7 +19,6 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from inspo_engine import events as ev
-from inspo_engine.coevolution import phases_for
 from inspo_engine.config import ConfigError, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
@@ -27,6 +26,7 @@ from webapp.core.errors import ServiceError
 from workers.sink import DatabaseSink
 from workers.training import run_discard_after
 
+from .configs import config_total_steps
 from .lifecycle import checkpoints_refresh
 from .models import Run
 from .selectors import run_directory
@@ -241,7 +241,7 @@ def _run_create(source: RunSource, *, run_id: uuid.UUID, team: Team, user: User,
         backend=config.backend.name,
         config=config.to_dict(),
         seed=config.seed,
-        total_steps=sum(phase.steps for phase in phases_for(config)),
+        total_steps=config_total_steps(config),
         error=source.error,
         started_at=source.started,
         finished_at=source.ended,

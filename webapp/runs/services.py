@@ -19,7 +19,7 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
-from .configs import benchmark_paths, config_compose, config_validate
+from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
 from .models import Checkpoint, EvaluationRequest, Run, RunTag
 
 MAX_SEED = 2**63 - 1
@@ -80,18 +80,12 @@ def run_submit(
             preset=preset,
             config=validated.to_dict(),
             seed=validated.seed,
-            total_steps=_total_steps(validated),
+            total_steps=config_total_steps(validated),
             cloned_from=cloned_from,
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
         tasks.training_enqueue(run)
     return run
-
-
-def _total_steps(config: RunConfig) -> int:
-    """Steps over all phases: pre/post modes add the optimisation-only phase to the training steps."""
-    extra = config.evolution.evolve_until if config.mode in ("pre", "post") else 0
-    return config.grpo.total_steps + extra
 
 
 def run_cancel(*, run: Run, user: User) -> Run:

@@ -213,3 +213,11 @@ def test_runs_that_ended_free_the_quota_and_zero_means_no_limit(alice, alice_tea
     settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 0
     submit(alice_team, alice)
     assert Run.objects.filter(team=alice_team, status=Run.Status.QUEUED).count() == 2
+
+
+@pytest.mark.parametrize(("mode", "steps"), [("online", 6), ("static", 6), ("pre", 9), ("post", 9)])
+def test_a_runs_total_steps_count_every_phase_of_its_mode(alice, alice_team, mode, steps):
+    """pre and post optimise the instructions for evolve_until steps besides the training steps."""
+    config = preset("smoke").with_overrides({"mode": mode, "grpo.total_steps": 6, "evolution.evolve_until": 3})
+    run = services.run_submit(team=alice_team, user=alice, name=mode, config=config)
+    assert run.total_steps == steps
