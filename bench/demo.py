@@ -29,7 +29,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from inspo_engine.coevolution import latest_checkpoint  # noqa: E402
+from inspo_engine.checkpoints import latest_checkpoint  # noqa: E402
 from inspo_engine.stats import paired_bootstrap  # noqa: E402
 
 PYTHON = sys.executable

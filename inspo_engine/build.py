@@ -5,7 +5,6 @@ The CLI and the web app's workers both start runs through `build_run`, so a run 
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -13,7 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends.base import PolicyBackend
-from .coevolution import STATE_FILE, CoEvolution, needs_optimizer
+from .checkpoints import read_state
+from .coevolution import CoEvolution, needs_optimizer
 from .config import RunConfig
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
@@ -122,7 +122,7 @@ def build_run(
 
 def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
     """I* of the population saved with a checkpoint."""
-    state = json.loads((checkpoint_dir / STATE_FILE).read_text(encoding="utf-8"))
+    state = read_state(checkpoint_dir)
     pop = config.population
     population = Population(max_size=64, n_parents=1, temperature=pop.temperature, weight_window=pop.weight_window)
     population.load_state(state["population"])

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, latest_checkpoint, read_state
 from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
 from .events import (
     BudgetExhausted,
@@ -170,13 +171,12 @@ def stop_on_interrupt() -> Callable[[], bool]:
 
 def command_train(args: argparse.Namespace) -> int:
     from .build import build_run
-    from .coevolution import latest_checkpoint
 
     out: Path = args.out
     saved = out / "config.json"
     checkpoint = latest_checkpoint(out) if args.resume else None
     if args.resume and checkpoint is None:
-        raise UsageError(f"--resume: no checkpoint under {out / 'checkpoints'}")
+        raise UsageError(f"--resume: no checkpoint under {out / CHECKPOINTS_DIR}")
     fallback = RunConfig.from_json(saved.read_text(encoding="utf-8")) if args.resume and saved.exists() else None
     config = load_config(args, fallback)
     out.mkdir(parents=True, exist_ok=True)
@@ -271,15 +271,13 @@ def command_eval(args: argparse.Namespace) -> int:
 
 def _eval_source(args: argparse.Namespace) -> tuple[RunConfig, Path | None, str | None]:
     """(config, policy directory or None for the config's own model, instruction or None for the checkpoint's I*)."""
-    from .coevolution import POLICY_DIR, STATE_FILE
-
     if args.untrained:
         config = load_config(args, fallback=preset("cpu-demo"))
         return config, None, config.population.seed_instruction
     state_file = args.checkpoint / STATE_FILE
     if not state_file.exists():
         raise UsageError(f"{args.checkpoint} is not a checkpoint (no {STATE_FILE})")
-    config = RunConfig.from_dict(json.loads(state_file.read_text(encoding="utf-8"))["config"])
+    config = RunConfig.from_dict(read_state(args.checkpoint)["config"])
     return load_config(args, fallback=config), args.checkpoint / POLICY_DIR, None
 
 

@@ -6,9 +6,7 @@ knows nothing about how a backend generates text or how an optimizer is reached.
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import statistics
 import time
 from collections import defaultdict
@@ -17,7 +15,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .backends.base import POLICY_DIR, PolicyBackend
+from .backends.base import PolicyBackend
+from .checkpoints import checkpoint_path, drop_old_checkpoints, read_state, write_checkpoint
 from .config import RunConfig
 from .env.rewards import exact_match, is_valid_format
 from .events import (
@@ -55,8 +54,7 @@ from .replay import ReplayBuffer
 from .types import Question, RolloutRequest, Trajectory
 
 STATE_SCHEMA_VERSION = 1
-STATE_FILE = "inspo_state.json"
-__all__ = ["POLICY_DIR", "STATE_FILE", "CoEvolution", "RunResult", "latest_checkpoint", "phases_for"]
+__all__ = ["CoEvolution", "RunResult", "phases_for"]
 
 
 @dataclass(frozen=True)
@@ -656,42 +654,22 @@ class CoEvolution:
         self.replay_rng.setstate(_rng_from_state(state["rngs"]["replay"]))
 
     def save_checkpoint(self) -> Path:
-        """checkpoints/step-NNNNNN/{policy/, inspo_state.json}; older ones beyond keep_last are deleted."""
+        """The backend's policy and this loop's state as the checkpoint of the current step (see `checkpoints`);
+        older ones beyond keep_last are deleted."""
         assert self.out_dir is not None, "no out_dir to save checkpoints in"
         step = self.progress.step
         if not self.owns_run():
             raise RunSuperseded(f"another process owns this run now; the checkpoint of step {step} is not written")
         self._stage(step, "checkpoint")
-        directory = self.out_dir / "checkpoints" / f"step-{step:06d}"
-        partial = directory.with_name(directory.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        partial.mkdir(parents=True)
-        self.backend.save(partial)
-        (partial / STATE_FILE).write_text(json.dumps(self.state()), encoding="utf-8")
-        shutil.rmtree(directory, ignore_errors=True)
-        partial.rename(directory)
-        size = sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+        directory = checkpoint_path(self.out_dir, step)
+        size = write_checkpoint(directory, self.state(), self.backend.save)
         self.sink.emit(CheckpointSaved(step=step, path=str(directory), bytes=size))
-        self._drop_old_checkpoints()
+        drop_old_checkpoints(self.out_dir, self.config.checkpoint.keep_last)
         return directory
 
     def load_checkpoint(self, directory: Path) -> None:
-        state = json.loads((directory / STATE_FILE).read_text(encoding="utf-8"))
-        self.load_state(state)
+        self.load_state(read_state(directory))
         self.backend.load(directory)
-
-    def _drop_old_checkpoints(self) -> None:
-        keep = self.config.checkpoint.keep_last
-        assert self.out_dir is not None
-        found = sorted(p for p in (self.out_dir / "checkpoints").glob("step-*") if not p.name.endswith(".partial"))
-        for old in found[:-keep] if keep else []:
-            shutil.rmtree(old, ignore_errors=True)
-
-
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The newest complete checkpoint under out_dir, if any."""
-    found = sorted(p for p in (out_dir / "checkpoints").glob("step-*") if (p / STATE_FILE).exists())
-    return found[-1] if found else None
 
 
 def protocol_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -15,7 +15,7 @@ from typing import Protocol
 from django.conf import settings
 
 from inspo_engine.build import answer_scores, checkpoint_best, checkpoint_policy
-from inspo_engine.coevolution import POLICY_DIR
+from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.config import RunConfig
 from inspo_engine.types import Question, Trajectory
 from webapp.runs import lifecycle

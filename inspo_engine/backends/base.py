@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ..checkpoints import POLICY_DIR as POLICY_DIR
 from ..types import Question, RolloutRequest, Trajectory
-
-POLICY_DIR = "policy"
-"""Inside a checkpoint: the policy as a Hugging Face directory (what users download and `eval` loads)."""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from inspo_engine.coevolution import CoEvolution, latest_checkpoint, phases_for
+from inspo_engine.checkpoints import latest_checkpoint
+from inspo_engine.coevolution import CoEvolution, phases_for
 from inspo_engine.config import RunConfig
 from inspo_engine.events import (
     BudgetExhausted,

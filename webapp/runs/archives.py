@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from inspo_engine.coevolution import POLICY_DIR
+from inspo_engine.checkpoints import POLICY_DIR
 from webapp.core.errors import Conflict, Gone
 
 if TYPE_CHECKING:

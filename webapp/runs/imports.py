@@ -8,7 +8,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import re
 import shutil
 import uuid
 from dataclasses import dataclass, replace
@@ -19,6 +18,7 @@ from typing import Any
 from django.db import DatabaseError, transaction
 
 from inspo_engine import events as ev
+from inspo_engine.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR
 from inspo_engine.config import ConfigError, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
@@ -35,8 +35,6 @@ from .services import MAX_SEED
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
 BEST_FILE = "best_instruction.txt"
-CHECKPOINTS_DIR = "checkpoints"
-CHECKPOINT_NAME = re.compile(r"^step-\d+$")
 NO_END_EVENT = "imported without an end event"
 ENDS = {"finished": Run.Status.FINISHED, "cancelled": Run.Status.CANCELLED}
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...checkpoints import CHECKPOINTS_DIR, STATE_FILE, checkpoint_step, latest_checkpoint
 from ...cli import api_key_for
-from ...coevolution import STATE_FILE, latest_checkpoint
 from ...config import RunConfig
 from ...types import Question
 from .overrides import AGENT_NAME, Cluster, RunPaths, quote, verl_overrides
@@ -125,8 +125,8 @@ def latest_step(out_dir: Path) -> int:
     """The step of the newest engine checkpoint under `out_dir`."""
     checkpoint = latest_checkpoint(out_dir)
     if checkpoint is None:
-        raise FileNotFoundError(f"no checkpoint with {STATE_FILE} under {out_dir / 'checkpoints'} to resume from")
-    return int(checkpoint.name.removeprefix("step-"))
+        raise FileNotFoundError(f"no checkpoint with {STATE_FILE} under {out_dir / CHECKPOINTS_DIR} to resume from")
+    return checkpoint_step(checkpoint)
 
 
 def resume_overrides(out_dir: Path, step: int) -> list[str]:

@@ -10,7 +10,6 @@ the job, so the events file and the run directory it writes are the ones the cal
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ import ray
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
-from ...coevolution import STATE_FILE
+from ...checkpoints import STATE_FILE, checkpoint_path, read_state
 from ...config import RunConfig
 from ...events import JsonlSink
 from .config import compose
@@ -36,11 +35,12 @@ FORWARDED_ENV = (API_KEY_VARIABLE, "INSPO_CACHE_DIR")
 
 def checkpoint_state(out_dir: Path, step: int) -> dict[str, Any]:
     """The loop state saved with the engine checkpoint of `step`; resuming needs it."""
-    path = out_dir / "checkpoints" / f"step-{step:06d}" / STATE_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"verl resumed at step {step} but {path} is missing: resume from an engine checkpoint")
-    state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return state
+    directory = checkpoint_path(out_dir, step)
+    if not (directory / STATE_FILE).is_file():
+        raise FileNotFoundError(
+            f"verl resumed at step {step} but {directory / STATE_FILE} is missing: resume from an engine checkpoint"
+        )
+    return read_state(directory)
 
 
 def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:

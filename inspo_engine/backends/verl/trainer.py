@@ -27,7 +27,8 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 
-from ...backends.base import POLICY_DIR, UpdateResult
+from ...backends.base import UpdateResult
+from ...checkpoints import POLICY_DIR
 from ...env.protocol import Placement
 from ...events import RunFailed
 from ...types import Question, RolloutRequest, Trajectory

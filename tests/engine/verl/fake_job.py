@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from inspo_engine.build import make_optimizer
-from inspo_engine.coevolution import CoEvolution, latest_checkpoint
+from inspo_engine.checkpoints import latest_checkpoint
+from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
 from inspo_engine.env.datasets import load_questions
 from inspo_engine.events import JsonlSink

@@ -18,7 +18,8 @@ from django.core.management import CommandError, call_command
 from django.http import Http404
 from django.test import Client
 
-from inspo_engine.coevolution import CoEvolution, latest_checkpoint
+from inspo_engine.checkpoints import latest_checkpoint
+from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig, preset
 from inspo_engine.events import JsonlSink, read_events
 from inspo_engine.optimizers.rules import RuleBasedClient
