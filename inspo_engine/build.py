@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .backends.base import PolicyBackend
 from .checkpoints import read_state
-from .coevolution import CoEvolution, needs_optimizer
+from .coevolution import CoEvolution
 from .config import RunConfig
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
@@ -23,6 +23,7 @@ from .events import EventSink
 from .netpolicy import NetPolicy
 from .optimizers import OptimizerClient, build_optimizer
 from .population import Instruction, Population
+from .schedule import needs_optimizer
 from .types import Question, Trajectory
 
 if TYPE_CHECKING:

@@ -1,7 +1,12 @@
-"""Algorithm 1 of INSPO: ties the population, the replay buffer, a policy backend and an optimizer LLM together.
+"""Algorithm 1 of INSPO: the schedule that ties the population, the replay buffer, a policy backend and an optimizer
+LLM together (sample → rollout → attribute → update → prune → evolve → verify), and the run's progress and state.
 
-It knows the schedule (sample → rollout → attribute → update → prune → evolve → verify) and the run's state; it
-knows nothing about how a backend generates text or how an optimizer is reached.
+Two drivers walk the same step API: `run()` (the torch path, this module's own loop) and verl's trainer
+(`backends.verl.loop`). Per step: `begin_step` samples the instructions, the driver rolls out and updates,
+`end_step` attributes rewards and emits the step, `step_boundary` prunes / evolves / evaluates / checkpoints on
+their schedules; `start` and `finish` open and close the run. How the population changes is `evolution`'s, where
+checkpoints go is `checkpoints`'; it knows nothing about how a backend generates text or how an optimizer is
+reached.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +25,10 @@ from .checkpoints import checkpoint_path, drop_old_checkpoints, read_state, writ
 from .config import RunConfig
 from .env.rewards import exact_match, is_valid_format
 from .events import (
-    BudgetExhausted,
-    CandidateInfo,
     CheckpointSaved,
     EvalCompleted,
     EventSink,
-    EvolutionCompleted,
-    InstructionAdded,
-    InstructionProposed,
-    InstructionPruned,
-    InstructionVerified,
-    OptimizerFailed,
     Overhead,
-    PopulationChanged,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -41,44 +37,15 @@ from .events import (
     StepCompleted,
     TrajectoriesSampled,
 )
-from .optimizers.base import OptimizerBudget, OptimizerClient, OptimizerError
+from .evolution import Evolution, Ledger
+from .optimizers.base import OptimizerBudget, OptimizerClient
 from .population import Instruction, Population
-from .proposers import (
-    OPTIMIZER_SYSTEM_PROMPT,
-    FailureExample,
-    ScoredInstruction,
-    build_prompt,
-    parse_proposal,
-)
 from .replay import ReplayBuffer
+from .schedule import Phase, needs_optimizer, phases_for
 from .types import Question, RolloutRequest, Trajectory
 
 STATE_SCHEMA_VERSION = 1
-__all__ = ["CoEvolution", "RunResult", "phases_for"]
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A stretch of steps: `train` updates the policy; `evolve` runs pruning and evolution on their schedule."""
-
-    name: str
-    steps: int
-    train: bool
-    evolve: bool
-
-
-def phases_for(config: RunConfig) -> list[Phase]:
-    """The phases a mode runs: online co-evolves; static never evolves; pre/post optimise instructions with a
-    frozen policy for `evolve_until` steps before or after RL."""
-    train_steps, optimise_steps = config.grpo.total_steps, config.evolution.evolve_until
-    evolving = config.evolution.enabled or config.population.prune
-    if config.mode == "static":
-        return [Phase("train", train_steps, train=True, evolve=False)]
-    if config.mode == "pre":
-        return [Phase("optimise", optimise_steps, False, True), Phase("train", train_steps, True, False)]
-    if config.mode == "post":
-        return [Phase("train", train_steps, True, False), Phase("optimise", optimise_steps, False, True)]
-    return [Phase("train", train_steps, train=True, evolve=evolving)]
+__all__ = ["CoEvolution", "RunResult"]
 
 
 @dataclass
@@ -100,12 +67,10 @@ class _Progress:
     phase_step: int = 0
     epoch: int = 0
     position: int = 0
-    budget_reported: bool = False
-    overhead: Overhead = field(default_factory=Overhead)
 
 
 class CoEvolution:
-    """One INSPO run. Build it, optionally `load_checkpoint`, then `run()`."""
+    """One INSPO run. Build it, optionally `load_checkpoint`, then `run()` — or drive the step API yourself."""
 
     def __init__(
         self,
@@ -132,7 +97,6 @@ class CoEvolution:
         self.backend = backend
         self.questions = list(train_questions)
         self.optimizer = optimizer
-        self.sink = sink
         self.out_dir = out_dir
         self.eval_sets = dict(eval_sets or {})
         self.should_stop = should_stop
@@ -145,66 +109,86 @@ class CoEvolution:
             weight_window=pop.weight_window,
         )
         self.replay = ReplayBuffer(config.evolution.replay_capacity)
-        self.budget = OptimizerBudget(max_calls=config.optimizer.max_calls, max_tokens=config.optimizer.max_tokens)
         self.sample_rng = random.Random(config.seed)
         self.replay_rng = random.Random(config.seed + 1)
         self.progress = _Progress()
         self.phases = phases_for(config)
-        self._round = 0
+        self.ledger = Ledger()
+        self.evolution = Evolution(
+            config,
+            population=self.population,
+            replay=self.replay,
+            backend=backend,
+            optimizer=optimizer,
+            sink=sink,
+            rng=self.replay_rng,
+            ledger=self.ledger,
+        )
+        self.sink = sink
 
-    # -- the run -------------------------------------------------------------------------------------------
+    @property
+    def sink(self) -> EventSink:
+        """Where every event goes (evolution's too); replaceable before the run starts."""
+        return self._sink
+
+    @sink.setter
+    def sink(self, sink: EventSink) -> None:
+        self._sink = self.evolution.sink = sink
+
+    @property
+    def budget(self) -> OptimizerBudget:
+        """The optimizer calls and tokens spent so far, against the config's caps."""
+        return self.evolution.budget
 
     @property
     def total_steps(self) -> int:
         return sum(phase.steps for phase in self.phases)
 
+    @property
+    def phase(self) -> Phase:
+        """The phase the current step belongs to."""
+        return self.phases[self.progress.phase_index]
+
+    # -- the run (the torch path) ----------------------------------------------------------------------------
+
     def run(self) -> RunResult:
-        resumed = self.progress.step
-        self.sink.emit(
-            RunStarted(
-                config=self.config.to_dict(),
-                resumed_from_step=resumed,
-                backend=self.backend.name,
-                optimizer_model=self.optimizer.model if self.optimizer else None,
-            )
-        )
+        """Start, every phase's steps (asking `should_stop` after each), finish; RunFailed when it raises."""
         try:
-            if not resumed and not self.population.members:
-                self._initialise_population()
-            status = self._run_phases()
-            return self._finish(status)
+            self.start()
+            return self.finish(self._run_phases())
         except RunSuperseded:
             raise
         except Exception as error:
-            self.sink.emit(RunFailed(step=self.progress.step, error=f"{type(error).__name__}: {error}"))
+            self.fail(error)
             raise
 
     def _run_phases(self) -> str:
         while self.progress.phase_index < len(self.phases):
-            phase = self.phases[self.progress.phase_index]
+            phase = self.phase
             while self.progress.phase_step < phase.steps:
-                self._step(phase)
+                self._step()
                 if self.should_stop():
                     return "cancelled"
             self._enter_next_phase(phase)
         return "finished"
 
-    def _finish(self, status: str) -> RunResult:
+    def _step(self) -> None:
+        cfg, phase = self.config, self.phase
+        questions = self._next_questions(cfg.grpo.batch_size)
+        chosen = self.begin_step(len(questions))
         step = self.progress.step
-        if status == "finished" and self.eval_sets:
-            self._evaluate(step)
-        checkpoint = self.save_checkpoint() if self.out_dir else None
-        best = self.population.best()
-        self.sink.emit(
-            RunFinished(
-                step=step,
-                status=status,
-                best_instruction_id=best.id,
-                best_instruction=best.text,
-                overhead=self.progress.overhead,
-            )
-        )
-        return RunResult(status=status, step=step, best_instruction=best, checkpoint=checkpoint)
+        self._stage(step, "rollout")
+        started = time.perf_counter()
+        requests = [RolloutRequest(ins.id, ins.text, q) for ins, q in zip(chosen, questions, strict=True)]
+        groups = self.backend.rollout(requests, cfg.grpo.group_size)
+        timings = {"rollout": time.perf_counter() - started}
+        metrics: dict[str, float] = {}
+        if phase.train:
+            self._stage(step, "update")
+            result = self.backend.update(groups)
+            metrics, timings = dict(result.metrics), {**timings, **result.timings}
+        self.end_step(groups, chosen, metrics=metrics, timings=timings)
+        self.step_boundary()
 
     def _enter_next_phase(self, finished: Phase) -> None:
         """Between phases: after `pre` optimisation only I* trains; before `post` optimisation the population
@@ -213,71 +197,11 @@ class CoEvolution:
         self.progress.phase_step = 0
         if self.progress.phase_index >= len(self.phases):
             return
-        following = self.phases[self.progress.phase_index]
-        step = self.progress.step
+        following = self.phase
         if finished.evolve and not following.evolve:
-            best = self.population.best()
-            for member in self.population.members:
-                if member.id != best.id:
-                    self._retire(member, step, "frozen: only the best instruction trains")
-            self._emit_population(step, "frozen")
+            self.evolution.freeze(self.progress.step)
         elif following.evolve and not finished.evolve:
-            for text in self.config.population.initial_instructions:
-                self._add(text, origin="manual", step=step, parent_id=None)
-            self._fill_with_paraphrases(step)
-
-    # -- one step ------------------------------------------------------------------------------------------
-
-    def _step(self, phase: Phase) -> None:
-        self.progress.step += 1
-        self.progress.phase_step += 1
-        step, cfg = self.progress.step, self.config
-        self._stage(step, "rollout")
-        timings: dict[str, float] = {}
-        started = time.perf_counter()
-        questions = self._next_questions(cfg.grpo.batch_size)
-        chosen = self.population.sample(self.sample_rng, len(questions))
-        requests = [RolloutRequest(ins.id, ins.text, q) for ins, q in zip(chosen, questions, strict=True)]
-        groups = self.backend.rollout(requests, cfg.grpo.group_size)
-        timings["rollout"] = time.perf_counter() - started
-        self._attribute(step, groups)
-        metrics: dict[str, float] = {}
-        if phase.train:
-            self._stage(step, "update")
-            result = self.backend.update(groups)
-            metrics, timings = dict(result.metrics), {**timings, **result.timings}
-        self._count_rollouts(phase, len(requests) * cfg.grpo.group_size)
-        flat = [t for group in groups for t in group]
-        self.replay.add(step, flat)
-        self._emit_step(step, phase, flat, chosen, metrics, timings)
-        self._emit_population(step, "step")
-        self._at_step_boundary(step, phase)
-
-    def _attribute(self, step: int, groups: Sequence[Sequence[Trajectory]]) -> None:
-        """Each instruction gets the mean reward of the groups it was used for in this step."""
-        by_instruction: dict[str, list[float]] = defaultdict(list)
-        for group in groups:
-            by_instruction[group[0].instruction_id].append(statistics.fmean(t.reward for t in group))
-        self.population.record_step(step, by_instruction)
-
-    def _count_rollouts(self, phase: Phase, n: int) -> None:
-        overhead = self.progress.overhead
-        if phase.train:
-            self.progress.overhead = replace(overhead, training_rollouts=overhead.training_rollouts + n)
-        else:
-            self.progress.overhead = replace(overhead, verification_rollouts=overhead.verification_rollouts + n)
-
-    def _at_step_boundary(self, step: int, phase: Phase) -> None:
-        cfg, local = self.config, self.progress.phase_step
-        if phase.evolve and cfg.population.prune and local % cfg.population.prune_every == 0:
-            self._prune(step)
-        if phase.evolve and local in cfg.evolution_steps(phase.steps):
-            self._evolve(step)
-        if phase.train and cfg.eval.eval_every and local % cfg.eval.eval_every == 0 and local < phase.steps:
-            self._evaluate(step)
-        every = cfg.checkpoint.checkpoint_every
-        if self.out_dir and every and step % every == 0 and step < self.total_steps:
-            self.save_checkpoint()
+            self.evolution.refill(self.progress.step)
 
     def _next_questions(self, n: int) -> list[Question]:
         """The next n questions of a per-epoch shuffle derived from the seed, so resuming needs two integers."""
@@ -293,271 +217,92 @@ class CoEvolution:
                 self.progress.position = 0
         return batch
 
-    # -- population changes --------------------------------------------------------------------------------
+    # -- the step API ----------------------------------------------------------------------------------------
 
-    def _retire(self, instruction: Instruction, step: int, reason: str) -> None:
-        weight = instruction.weight(self.population.weight_window)
-        self.population.retire(instruction.id, step=step, reason=reason)
-        self.sink.emit(InstructionPruned(step=step, instruction_id=instruction.id, weight=weight, reason=reason))
-
-    def _prune(self, step: int) -> None:
-        weights = self.population.weights()
-        dropped = self.population.prune(step)
-        for instruction in dropped:
-            self.sink.emit(
-                InstructionPruned(
-                    step=step, instruction_id=instruction.id, weight=weights[instruction.id], reason="pruned"
-                )
+    def start(self) -> None:
+        """RunStarted (with the step a restored state resumes from); a new run builds its initial population."""
+        self.sink.emit(
+            RunStarted(
+                config=self.config.to_dict(),
+                resumed_from_step=self.progress.step,
+                backend=self.backend.name,
+                optimizer_model=self.optimizer.model if self.optimizer else None,
             )
-        if dropped:
-            self._emit_population(step, "pruned")
+        )
+        if not self.progress.step and not self.population.members:
+            self.evolution.initialise()
 
-    def _add(
+    def begin_step(self, n: int, step: int | None = None) -> list[Instruction]:
+        """Enter the next step (or `step`, for a driver that counts steps itself) and sample one instruction per
+        question, by softmax(w/τ) with the run's sampling rng."""
+        entered = self.progress.step + 1 if step is None else step
+        self.progress.phase_step += entered - self.progress.step
+        self.progress.step = entered
+        return self.population.sample(self.sample_rng, n)
+
+    def end_step(
         self,
-        text: str,
+        groups: Sequence[Sequence[Trajectory]],
+        chosen: Sequence[Instruction],
         *,
-        origin: Any,
-        step: int,
-        parent_id: str | None,
-        score: float | None = None,
-        round_id: str | None = None,
-    ) -> Instruction:
-        instruction = self.population.add(text, origin=origin, step=step, parent_id=parent_id, verify_score=score)
+        metrics: Mapping[str, float],
+        timings: Mapping[str, float],
+    ) -> None:
+        """After the step's rollouts (and update): each instruction gets the mean reward of the groups it was used
+        for, the trajectories go to the replay buffer, and the step's events go out."""
+        step, phase = self.progress.step, self.phase
+        self._attribute(step, groups)
+        flat = [t for group in groups for t in group]
+        self.ledger.charge(**{"training_rollouts" if phase.train else "verification_rollouts": len(flat)})
+        self.replay.add(step, flat)
+        self._emit_step(step, phase, flat, chosen, metrics, timings)
+        self.evolution.emit_population(step, "step")
+
+    def step_boundary(self) -> None:
+        """After the current step's update: prune, evolve → verify (with the updated policy), evaluate and
+        checkpoint, each on its schedule."""
+        cfg, phase, step, local = self.config, self.phase, self.progress.step, self.progress.phase_step
+        if phase.evolve and cfg.population.prune and local % cfg.population.prune_every == 0:
+            self.evolution.prune(step)
+        if phase.evolve and local in cfg.evolution_steps(phase.steps):
+            self.evolution.evolve(step)
+        if phase.train and cfg.eval.eval_every and local % cfg.eval.eval_every == 0 and local < phase.steps:
+            self._evaluate(step)
+        every = cfg.checkpoint.checkpoint_every
+        if self.out_dir and every and step % every == 0 and step < self.total_steps:
+            self.save_checkpoint()
+
+    def finish(self, status: str) -> RunResult:
+        """The end of a run ('finished' or 'cancelled'): the final evaluation (finished), the last checkpoint and
+        RunFinished."""
+        step = self.progress.step
+        if status == "finished" and self.eval_sets:
+            self._evaluate(step)
+        checkpoint = self.save_checkpoint() if self.out_dir else None
+        best = self.population.best()
         self.sink.emit(
-            InstructionAdded(step=step, instruction=instruction.info(), verify_score=score, round_id=round_id)
-        )
-        return instruction
-
-    def _initialise_population(self) -> None:
-        """Seed, then the user's instructions, then optimizer paraphrases of the seed up to the population size."""
-        pop = self.config.population
-        self._stage(0, "initialise")
-        self._add(pop.seed_instruction, origin="seed", step=0, parent_id=None)
-        if self.config.mode in ("online", "pre"):
-            for text in pop.initial_instructions:
-                self._add(text, origin="manual", step=0, parent_id=None)
-            self._fill_with_paraphrases(0)
-        self._emit_population(0, "initialised")
-
-    def _fill_with_paraphrases(self, step: int) -> None:
-        slots = self.population.max_size - len(self.population)
-        if not self.config.population.paraphrase_init or slots <= 0 or self.optimizer is None:
-            return
-        seed = self.population.members[0]
-        round_id = f"init-{step:05d}"
-        texts = self._propose_round(step, seed, "paraphrase", slots, round_id=round_id)
-        for text in texts[:slots]:
-            self._add(text, origin="paraphrase", step=step, parent_id=seed.id, round_id=round_id)
-        if texts:
-            self._emit_population(step, "initialised")
-
-    # -- evolution: select → generate → verify ---------------------------------------------------------------
-
-    def _evolve(self, step: int) -> None:
-        """Select the parents, then generate → verify rounds until every parent's share of the free slots is
-        filled or `max_verify_rounds` rounds ran. Each round asks the optimizer once per parent whose share is not
-        full yet, so with several parents every one of them gets proposals."""
-        parents = self.population.top(self.population.n_parents)
-        shares = slot_shares(self.population.max_size - len(parents), len(parents))
-        evo = self.config.evolution
-        questions = self.replay.verification_set(self.replay_rng, evo.verify_samples) if evo.verify else []
-        parent_scores: dict[str, float] = {}
-        accepted: list[tuple[Instruction, str, float | None, str]] = []
-        rounds = 0
-        rollouts_before = self.progress.overhead.verification_rollouts
-        while rounds < evo.max_verify_rounds and self._budget_left(step):
-            wanting = [
-                (p, share - sum(a[0].id == p.id for a in accepted)) for p, share in zip(parents, shares, strict=True)
-            ]
-            wanting = [(p, left) for p, left in wanting if left > 0]
-            if not wanting:
-                break
-            rounds += 1
-            for parent, left in wanting:
-                if not self._budget_left(step):
-                    break
-                round_id, texts = self._generate(step, parent, rounds)
-                taken = {text for _, text, _, _ in accepted}
-                fresh = [t for t in texts if t not in taken and not self.population.contains_text(t)]
-                for text, score in self._verify(step, round_id, parent, fresh, questions, parent_scores, left):
-                    accepted.append((parent, text, score, round_id))
-        added = self._replace_population(step, parents, accepted)
-        self.sink.emit(
-            EvolutionCompleted(
+            RunFinished(
                 step=step,
-                parent_ids=[p.id for p in parents],
-                added_ids=[ins.id for ins in added],
-                rounds=rounds,
-                verification_rollouts=self.progress.overhead.verification_rollouts - rollouts_before,
+                status=status,
+                best_instruction_id=best.id,
+                best_instruction=best.text,
+                overhead=self.ledger.overhead,
             )
         )
-        self._emit_population(step, "evolved")
+        return RunResult(status=status, step=step, best_instruction=best, checkpoint=checkpoint)
 
-    def _replace_population(
-        self, step: int, parents: list[Instruction], accepted: list[tuple[Instruction, str, float | None, str]]
-    ) -> list[Instruction]:
-        """Parents ∪ verified candidates; nothing changes when no candidate was accepted."""
-        if not accepted:
-            return []
-        parent_ids = {p.id for p in parents}
-        for member in self.population.members:
-            if member.id not in parent_ids:
-                self._retire(member, step, "replaced at evolution")
-        origin = self.config.evolution.proposer
-        added = [
-            self._add(text, origin=origin, step=step, parent_id=parent.id, score=score, round_id=round_id)
-            for parent, text, score, round_id in accepted
-        ]
-        reset_ids = None if self.config.evolution.reset_weights == "all" else [ins.id for ins in added]
-        self.population.reset_weights(step, reset_ids)
-        return added
+    def fail(self, error: BaseException) -> None:
+        """RunFailed at the current step, naming the error."""
+        self.sink.emit(RunFailed(step=self.progress.step, error=f"{type(error).__name__}: {error}"))
 
-    def _generate(self, step: int, parent: Instruction, round_no: int) -> tuple[str, list[str]]:
-        self._round += 1
-        round_id = f"r{step:05d}-{self._round:03d}"
-        texts = self._propose_round(
-            step,
-            parent,
-            self.config.evolution.proposer,
-            self.config.evolution.n_candidates,
-            round_id=round_id,
-            round_no=round_no,
-        )
-        return round_id, texts
+    # -- inside a step ---------------------------------------------------------------------------------------
 
-    def _propose_round(
-        self, step: int, parent: Instruction, kind: str, n: int, *, round_id: str, round_no: int = 0
-    ) -> list[str]:
-        """One optimizer call; emits what it was shown, its critique and candidates. Failures emit and return []."""
-        assert self.optimizer is not None
-        if not self._budget_left(step):
-            return []
-        self._stage(step, "propose")
-        failures = self._failures_for(parent) if kind == "reflection" else []
-        history = self._history() if kind == "history" else []
-        prompt = build_prompt(
-            kind,  # type: ignore[arg-type]
-            parent=parent.text,
-            n=n,
-            failures=failures,
-            history=history,
-            placement=self.config.env.instruction_placement,
-        )
-        try:
-            completion = self.optimizer.complete(prompt, system=OPTIMIZER_SYSTEM_PROMPT)
-        except OptimizerError as error:
-            self.budget.charge_failure()
-            self._add_optimizer_cost(1, 0)
-            self.sink.emit(OptimizerFailed(step=step, error=str(error)))
-            return []
-        self.budget.charge(completion)
-        self._add_optimizer_cost(1, completion.total_tokens)
-        proposal = parse_proposal(completion.text, parent=parent.text, n=n)
-        candidates = [CandidateInfo(text=t, valid=True) for t in proposal.candidates]
-        candidates += [CandidateInfo(text=r.text, valid=False, reason=r.reason) for r in proposal.rejected]
-        self.sink.emit(
-            InstructionProposed(
-                step=step,
-                round_id=round_id,
-                round=round_no,
-                proposer=kind,
-                parent_id=parent.id,
-                critique=proposal.critique,
-                failures=[f.__dict__ | {"golden_answers": list(f.golden_answers)} for f in failures],
-                candidates=candidates,
-                optimizer_model=completion.model,
-                input_tokens=completion.input_tokens,
-                output_tokens=completion.output_tokens,
-            )
-        )
-        return list(proposal.candidates)
-
-    def _verify(
-        self,
-        step: int,
-        round_id: str,
-        parent: Instruction,
-        texts: list[str],
-        questions: list[Question],
-        parent_scores: dict[str, float],
-        slots: int,
-    ) -> list[tuple[str, float | None]]:
-        """Score candidates on D_B with the current policy and keep the top ones that fit and clear the bar: with
-        `verify_min_ratio` r > 0 the parent is scored on the same questions and a candidate scoring below
-        r × the parent's score is rejected (r = 1: no candidate worse than its parent joins)."""
-        if not texts:
-            return []
-        if not self.config.evolution.verify or not questions:
-            return [(text, None) for text in texts[:slots]]
-        self._stage(step, "verify")
-        scores = {text: self._score(text, questions) for text in texts}
-        ratio = self.config.evolution.verify_min_ratio
-        bar = 0.0
-        if ratio > 0:
-            if parent.id not in parent_scores:
-                parent_scores[parent.id] = self._score(parent.text, questions)
-            bar = ratio * parent_scores[parent.id]
-        ranked = sorted(texts, key=lambda t: -scores[t])
-        kept = [t for t in ranked if scores[t] >= bar][:slots]
-        verdicts = [
-            CandidateInfo(
-                text=t, valid=True, score=scores[t], accepted=t in kept, reason=self._verdict(t, kept, scores, bar)
-            )
-            for t in ranked
-        ]
-        self.sink.emit(
-            InstructionVerified(
-                step=step,
-                round_id=round_id,
-                parent_id=parent.id,
-                parent_score=parent_scores.get(parent.id),
-                n_questions=len(questions),
-                candidates=verdicts,
-            )
-        )
-        return [(t, scores[t]) for t in kept]
-
-    @staticmethod
-    def _verdict(text: str, kept: list[str], scores: dict[str, float], bar: float) -> str | None:
-        if text in kept:
-            return None
-        if scores[text] < bar:
-            return f"scored {scores[text]:.3f}, below the bar {bar:.3f} set by its parent"
-        return "outranked: the population is full"
-
-    def _score(self, text: str, questions: list[Question]) -> float:
-        rewards = self.backend.score(text, questions)
-        overhead = self.progress.overhead
-        self.progress.overhead = replace(
-            overhead, verification_rollouts=overhead.verification_rollouts + len(questions)
-        )
-        return statistics.fmean(rewards) if rewards else 0.0
-
-    def _failures_for(self, parent: Instruction) -> list[FailureExample]:
-        picked = self.replay.failures(self.replay_rng, self.config.evolution.n_failures, instruction_id=parent.id)
-        return [FailureExample(t.question.text, t.response, t.question.golden_answers, t.reward) for t in picked]
-
-    def _history(self) -> list[ScoredInstruction]:
-        scored = [(ins.text, ins.lifetime_reward()) for ins in self.population.archive.values()]
-        return [ScoredInstruction(text, 100.0 * reward) for text, reward in scored if reward is not None]
-
-    def _budget_left(self, step: int) -> bool:
-        if not self.budget.exhausted():
-            return True
-        if not self.progress.budget_reported:
-            self.progress.budget_reported = True
-            self.sink.emit(BudgetExhausted(step=step, calls=self.budget.calls, tokens=self.budget.tokens))
-        return False
-
-    def _add_optimizer_cost(self, calls: int, tokens: int) -> None:
-        overhead = self.progress.overhead
-        self.progress.overhead = replace(
-            overhead,
-            optimizer_calls=overhead.optimizer_calls + calls,
-            optimizer_tokens=overhead.optimizer_tokens + tokens,
-        )
-
-    # -- evaluation and events -----------------------------------------------------------------------------
+    def _attribute(self, step: int, groups: Sequence[Sequence[Trajectory]]) -> None:
+        """Each instruction gets the mean reward of the groups it was used for in this step."""
+        by_instruction: dict[str, list[float]] = defaultdict(list)
+        for group in groups:
+            by_instruction[group[0].instruction_id].append(statistics.fmean(t.reward for t in group))
+        self.population.record_step(step, by_instruction)
 
     def _evaluate(self, step: int) -> None:
         best = self.population.best()
@@ -579,12 +324,11 @@ class CoEvolution:
         step: int,
         phase: Phase,
         flat: list[Trajectory],
-        chosen: list[Instruction],
-        metrics: dict[str, float],
-        timings: dict[str, float],
+        chosen: Sequence[Instruction],
+        metrics: Mapping[str, float],
+        timings: Mapping[str, float],
     ) -> None:
         rewards = [t.reward for t in flat]
-        metrics = {**protocol_metrics(flat), **metrics}
         self.sink.emit(
             StepCompleted(
                 step=step,
@@ -595,9 +339,9 @@ class CoEvolution:
                 tool_calls_mean=statistics.fmean(t.tool_calls for t in flat),
                 response_length_mean=statistics.fmean(t.response_tokens for t in flat),
                 instruction_length_mean=statistics.fmean(len(ins.text.split()) for ins in chosen),
-                metrics=metrics,
-                timings=timings,
-                overhead=self.progress.overhead,
+                metrics={**protocol_metrics(flat), **metrics},
+                timings=dict(timings),
+                overhead=self.ledger.overhead,
             )
         )
         n_log = self.config.log_trajectories
@@ -606,18 +350,11 @@ class CoEvolution:
             picked = [t.to_dict() for t in flat[::stride][:n_log]]
             self.sink.emit(TrajectoriesSampled(step=step, trajectories=picked))
 
-    def _emit_population(self, step: int, reason: str) -> None:
-        self.sink.emit(
-            PopulationChanged(
-                step=step, reason=reason, members=self.population.snapshot(), best_id=self.population.best().id
-            )
-        )
-
     # -- checkpoints ---------------------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         """The loop's whole state: enough, with the backend's own, to continue exactly."""
-        progress = self.progress
+        progress, evolution = self.progress, self.evolution
         return {
             "schema_version": STATE_SCHEMA_VERSION,
             "config": self.config.to_dict(),
@@ -627,13 +364,13 @@ class CoEvolution:
                 "phase_step": progress.phase_step,
                 "epoch": progress.epoch,
                 "position": progress.position,
-                "budget_reported": progress.budget_reported,
-                "overhead": progress.overhead.__dict__,
-                "round": self._round,
+                "budget_reported": evolution.budget_reported,
+                "overhead": self.ledger.overhead.__dict__,
+                "round": evolution.rounds,
             },
             "population": self.population.to_state(),
             "replay": self.replay.to_state(),
-            "budget": self.budget.to_state(),
+            "budget": evolution.budget.to_state(),
             "rngs": {"sample": _rng_state(self.sample_rng), "replay": _rng_state(self.replay_rng)},
         }
 
@@ -644,12 +381,13 @@ class CoEvolution:
                 f"checkpoint state has schema_version {version!r}; this engine reads {STATE_SCHEMA_VERSION}"
             )
         data = dict(state["progress"])
-        self._round = int(data.pop("round"))
-        data["overhead"] = Overhead(**data["overhead"])
+        self.evolution.rounds = int(data.pop("round"))
+        self.evolution.budget_reported = bool(data.pop("budget_reported"))
+        self.ledger.overhead = Overhead(**data.pop("overhead"))
         self.progress = _Progress(**data)
         self.population.load_state(state["population"])
         self.replay.load_state(state["replay"])
-        self.budget = OptimizerBudget.from_state(state["budget"])
+        self.evolution.budget = OptimizerBudget.from_state(state["budget"])
         self.sample_rng.setstate(_rng_from_state(state["rngs"]["sample"]))
         self.replay_rng.setstate(_rng_from_state(state["rngs"]["replay"]))
 
@@ -680,25 +418,6 @@ def protocol_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "answered": statistics.fmean(t.answer is not None for t in trajectories),
         "well_formed": statistics.fmean(is_valid_format(t.response) for t in trajectories),
     }
-
-
-def slot_shares(slots: int, parents: int) -> list[int]:
-    """The free slots split as evenly as possible between the parents, the best parent first.
-
-    >>> slot_shares(6, 1)
-    [6]
-    >>> slot_shares(5, 2)
-    [3, 2]
-    >>> slot_shares(1, 3)
-    [1, 0, 0]
-    """
-    return [slots // parents + (1 if i < slots % parents else 0) for i in range(parents)]
-
-
-def needs_optimizer(config: RunConfig) -> bool:
-    if config.mode == "static":
-        return False
-    return config.evolution.enabled or (config.population.paraphrase_init and config.population.population_size > 1)
 
 
 def _rng_state(rng: random.Random) -> list[Any]:

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from inspo_engine.checkpoints import latest_checkpoint
-from inspo_engine.coevolution import CoEvolution, phases_for
+from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
 from inspo_engine.events import (
     BudgetExhausted,
@@ -27,6 +27,7 @@ from inspo_engine.events import (
     read_events,
 )
 from inspo_engine.optimizers import GeminiClient
+from inspo_engine.schedule import phases_for
 
 from .fakes import SKILLS, ScriptedBackend, gemini_handler, questions, success_rate
 

@@ -7,9 +7,10 @@ import re
 import pytest
 from werkzeug import Request, Response
 
-from inspo_engine.coevolution import CoEvolution, slot_shares
+from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
 from inspo_engine.events import EvolutionCompleted, InstructionProposed, InstructionVerified, ListSink
+from inspo_engine.evolution import slot_shares
 from inspo_engine.optimizers import GeminiClient
 
 from .fakes import ScriptedBackend, gemini_body, prompt_of, questions, success_rate

@@ -12,8 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.coevolution import phases_for
 from inspo_engine.config import PRESETS, ConfigError, RunConfig, field_value
+from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 

@@ -13,9 +13,9 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from inspo_engine.coevolution import needs_optimizer
 from inspo_engine.config import RunConfig
 from inspo_engine.netpolicy import NetPolicy, UrlRefused, check_url
+from inspo_engine.schedule import needs_optimizer
 from webapp.accounts.models import Team, TeamSecret
 from webapp.accounts.secrets import team_secret_value
 from webapp.core.errors import InvalidInput

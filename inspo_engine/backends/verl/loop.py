@@ -1,15 +1,16 @@
-"""Algorithm 1 driven by verl's training loop: the engine's CoEvolution, entered step by step from the trainer's
-hooks instead of running its own loop. It knows verl's batch fields (numpy arrays keyed by name), nothing of Ray.
+"""Algorithm 1 driven by verl's training loop: the engine's CoEvolution, entered through its step API from the
+trainer's hooks instead of running its own loop. It knows verl's batch fields (numpy arrays keyed by name), nothing
+of Ray.
 
-verl owns the data order, the rollouts and the updates; this class owns the population, the replay buffer and the
-events. Per training step t:
+verl owns the data order, the rollouts and the updates; the CoEvolution this loop holds owns the population, the
+replay buffer and the events. Per training step t:
 
 1. `begin_step(t, fields)` — first the step boundary of t-1 (prune, evolve → verify with the current weights,
-   checkpoint), then one instruction per question by softmax(w/τ): it becomes the system message of the
-   question's `raw_prompt` (all G rollouts of the question share it), and its id is remembered by the question's
-   `uid`;
-2. `end_step(t, fields, metrics)` — the group-mean reward of each uid goes to its instruction, the trajectories to
-   the replay buffer, and the step's events out.
+   checkpoint: `CoEvolution.step_boundary`), then one instruction per question by softmax(w/τ)
+   (`CoEvolution.begin_step`): it becomes the system message of the question's `raw_prompt` (all G rollouts of the
+   question share it), and its id is remembered by the question's `uid`;
+2. `end_step(t, fields, metrics)` — the trajectories grouped by uid go to `CoEvolution.end_step`: the group-mean
+   reward of each uid goes to its instruction, the trajectories to the replay buffer, and the step's events out.
 
 The boundary of the last step runs in `finish`. Schedules (K_p, K_e, T_e, checkpoint_every) are CoEvolution's.
 """
@@ -23,12 +24,13 @@ from typing import Any
 import numpy as np
 
 from ...backends.base import PolicyBackend
-from ...coevolution import CoEvolution, Phase, RunResult
+from ...coevolution import CoEvolution, RunResult
 from ...config import RunConfig
 from ...env.protocol import Placement, chat_messages
-from ...events import EvalCompleted, EventSink, RunStarted
+from ...events import EvalCompleted, EventSink
 from ...optimizers.base import OptimizerClient
-from ...population import Instruction
+from ...population import Instruction, Population
+from ...replay import ReplayBuffer
 from ...types import Question, Trajectory
 
 INSTRUCTION_ID = "inspo_instruction_id"
@@ -95,8 +97,8 @@ def engine_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-class VerlLoop(CoEvolution):
-    """CoEvolution whose steps are driven by verl's `RayPPOTrainer.fit` (see the module docstring)."""
+class VerlLoop:
+    """A CoEvolution whose steps are driven by verl's `RayPPOTrainer.fit` (see the module docstring)."""
 
     def __init__(
         self,
@@ -114,7 +116,7 @@ class VerlLoop(CoEvolution):
                 f"mode {config.mode!r} optimises instructions with a frozen policy; the verl backend trains at every "
                 "step (use mode online or static, or the torch backend)"
             )
-        super().__init__(
+        self.coevolution = CoEvolution(
             config,
             backend=policy,
             train_questions=train_questions,
@@ -129,34 +131,36 @@ class VerlLoop(CoEvolution):
         self._chosen: list[Instruction] = []
 
     @property
-    def phase(self) -> Phase:
-        return self.phases[0]
+    def population(self) -> Population:
+        return self.coevolution.population
+
+    @property
+    def replay(self) -> ReplayBuffer:
+        return self.coevolution.replay
+
+    @property
+    def step(self) -> int:
+        """The step the loop is at: the last one begun."""
+        return self.coevolution.progress.step
+
+    def should_stop(self) -> bool:
+        return self.coevolution.should_stop()
 
     # -- start ---------------------------------------------------------------------------------------------
 
     def start(self, state: Mapping[str, Any] | None = None) -> None:
         """Restore the loop's saved state (resuming) or build the initial population (seed + paraphrases)."""
         if state is not None:
-            self.load_state(state)
-        self.sink.emit(
-            RunStarted(
-                config=self.config.to_dict(),
-                resumed_from_step=self.progress.step,
-                backend=self.backend.name,
-                optimizer_model=self.optimizer.model if self.optimizer else None,
-            )
-        )
-        if not self.population.members:
-            self._initialise_population()
+            self.coevolution.load_state(state)
+        self.coevolution.start()
 
     # -- one step ------------------------------------------------------------------------------------------
 
     def begin_step(self, step: int, fields: Fields) -> None:
         """Run the pending boundary, then give each question of the batch its sampled instruction."""
         self.run_boundary()
-        self.progress.step = self.progress.phase_step = step
         uids = [str(u) for u in fields["uid"]]
-        chosen = self.population.sample(self.sample_rng, len(uids))
+        chosen = self.coevolution.begin_step(len(uids), step)
         self._by_uid = dict(zip(uids, chosen, strict=True))
         self._chosen = chosen
         self._inject(fields, chosen)
@@ -168,21 +172,18 @@ class VerlLoop(CoEvolution):
         return best
 
     def _inject(self, fields: Fields, chosen: Sequence[Instruction]) -> None:
-        prompts, placement = fields["raw_prompt"], self.config.env.instruction_placement
+        prompts, placement = fields["raw_prompt"], self.coevolution.config.env.instruction_placement
         fields["raw_prompt"] = object_array(
             [with_instruction(list(p), ins.text, placement) for p, ins in zip(prompts, chosen, strict=True)]
         )
         fields[INSTRUCTION_ID] = object_array([ins.id for ins in chosen])
 
     def end_step(self, step: int, fields: Fields, rewards: Sequence[float], metrics: Mapping[str, Any]) -> None:
-        """Attribute the group-mean rewards by uid, fill the replay buffer, emit the step's events."""
+        """Attribute the group-mean rewards by uid, fill the replay buffer, emit the step's events; `step` is the
+        one `begin_step` entered."""
+        assert step == self.step, f"end_step({step}) after begin_step({self.step})"
         groups = self._groups(fields, rewards)
-        self._attribute(step, groups)
-        flat = [t for group in groups for t in group]
-        self._count_rollouts(self.phase, len(flat))
-        self.replay.add(step, flat)
-        self._emit_step(step, self.phase, flat, self._chosen, engine_metrics(metrics), {})
-        self._emit_population(step, "step")
+        self.coevolution.end_step(groups, self._chosen, metrics=engine_metrics(metrics), timings={})
         self.pending = step
 
     def _groups(self, fields: Fields, rewards: Sequence[float]) -> list[list[Trajectory]]:
@@ -213,8 +214,8 @@ class VerlLoop(CoEvolution):
         """Prune, evolve (verifying with the current weights) and checkpoint after the pending step, if any."""
         if self.pending is None:
             return
-        step, self.pending = self.pending, None
-        self._at_step_boundary(step, self.phase)
+        self.pending = None
+        self.coevolution.step_boundary()
 
     # -- evaluation and the end ----------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ class VerlLoop(CoEvolution):
             key = next((k for k in metrics if k.startswith(f"val-core/{benchmark}/reward/mean@")), None)
             if key is None:
                 continue
-            self.sink.emit(
+            self.coevolution.sink.emit(
                 EvalCompleted(
                     step=step,
                     benchmark=benchmark,
@@ -239,7 +240,11 @@ class VerlLoop(CoEvolution):
         """The last step's boundary (when the run finished), the final checkpoint and RunFinished."""
         if status == "finished":
             self.run_boundary()
-        return self._finish(status)
+        return self.coevolution.finish(status)
+
+    def fail(self, error: BaseException) -> None:
+        """RunFailed at the current step."""
+        self.coevolution.fail(error)
 
 
 def data_source_counts(fields: Fields) -> Counter[str]:

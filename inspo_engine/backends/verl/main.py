@@ -55,7 +55,7 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
 
     def step() -> int:
         assert loop is not None
-        return loop.progress.step
+        return loop.step
 
     policy = VerlPolicy(
         trainer,

@@ -1,5 +1,5 @@
 """verl's legacy `RayPPOTrainer` with the population in it, and the policy handle that verification and checkpoints
-use; the INSPO logic itself lives in `loop.VerlLoop` (the engine's CoEvolution).
+use; the INSPO logic itself lives in `loop.VerlLoop` (which drives the engine's CoEvolution).
 
 Hooks (verl 0.9.1, `verl.trainer.ppo.ray_trainer.RayPPOTrainer`):
 - `_load_checkpoint` — after verl restored its step, the loop restores the population saved with the engine
@@ -30,7 +30,6 @@ from verl.utils.metric import reduce_metrics
 from ...backends.base import UpdateResult
 from ...checkpoints import POLICY_DIR
 from ...env.protocol import Placement
-from ...events import RunFailed
 from ...types import Question, RolloutRequest, Trajectory
 from .loop import Fields, VerlLoop, data_source_counts, object_array, with_instruction
 from .overrides import AGENT_NAME
@@ -185,6 +184,6 @@ class InspoRayPPOTrainer(RayPPOTrainer):
         except RunStopped:
             status = "cancelled"
         except BaseException as error:
-            self.inspo.sink.emit(RunFailed(step=self.inspo.progress.step, error=f"{type(error).__name__}: {error}"))
+            self.inspo.fail(error)
             raise
         self.inspo.finish(status)

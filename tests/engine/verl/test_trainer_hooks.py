@@ -102,9 +102,7 @@ class Harness:
         self.merged: list[tuple[Path, Path]] = []
         self.out_dir = out_dir
         self.loop: VerlLoop
-        self.policy = VerlPolicy(
-            trainer, verl_dir=out_dir / "verl", merge=self.merge, step=lambda: self.loop.progress.step
-        )
+        self.policy = VerlPolicy(trainer, verl_dir=out_dir / "verl", merge=self.merge, step=lambda: self.loop.step)
         self.loop = VerlLoop(
             config,
             policy=self.policy,
