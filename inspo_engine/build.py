@@ -5,29 +5,20 @@ The CLI and the web app's workers both start runs through `build_run`, so a run 
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .backends.base import PolicyBackend
-from .checkpoints import read_state
 from .coevolution import CoEvolution
 from .config import RunConfig
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
-from .env.rewards import exact_match, f1, is_valid_format
 from .events import EventSink
 from .netpolicy import NetPolicy
-from .optimizers import OptimizerClient, build_optimizer
-from .population import Instruction, Population
-from .schedule import needs_optimizer
-from .types import Question, Trajectory
-
-if TYPE_CHECKING:
-    from .backends.torch.backend import TorchBackend
+from .optimizers import optimizer_for
+from .types import Question
 
 
 @dataclass
@@ -70,22 +61,6 @@ def make_backend(config: RunConfig, retriever: Retriever, cache_dir: Path) -> Po
     return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models")
 
 
-def make_optimizer(
-    config: RunConfig, cache_dir: Path, api_key: str | None, policy: NetPolicy | None = None
-) -> OptimizerClient | None:
-    """The optimizer client, or None when the config never asks one anything; `policy` checks a base URL that
-    the caller did not choose itself."""
-    if not needs_optimizer(config):
-        return None
-    optimizer = config.optimizer
-    if optimizer.provider == "local" and optimizer.local_model_path:
-        from .backends.torch.model import resolve_model
-
-        local_path = resolve_model(optimizer.local_model_path, cache_dir / "models")
-        optimizer = replace(optimizer, local_model_path=str(local_path))
-    return build_optimizer(optimizer, api_key=api_key, seed=config.seed, policy=policy)
-
-
 def build_run(
     config: RunConfig,
     *,
@@ -109,48 +84,10 @@ def build_run(
         config,
         backend=backend,
         train_questions=inputs.train,
-        optimizer=make_optimizer(config, cache_dir, api_key, optimizer_policy),
+        optimizer=optimizer_for(config, cache_dir, api_key, optimizer_policy),
         sink=sink,
         out_dir=out_dir,
         eval_sets=inputs.eval_sets,
         should_stop=should_stop,
         owns_run=owns_run,
     )
-
-
-# -- evaluating a checkpoint (the CLI's `eval` and the web app's evaluation task) -------------------------------
-
-
-def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
-    """I* of the population saved with a checkpoint."""
-    state = read_state(checkpoint_dir)
-    pop = config.population
-    population = Population(max_size=64, n_parents=1, temperature=pop.temperature, weight_window=pop.weight_window)
-    population.load_state(state["population"])
-    return population.best()
-
-
-def checkpoint_policy(
-    config: RunConfig, policy_dir: Path | None, cache_dir: Path, retriever_policy: NetPolicy | None = None
-) -> TorchBackend:
-    """A checkpoint's policy (its `policy/` Hugging Face directory; None = the config's own, untrained model) with the
-    run's retriever, ready to `answer`."""
-    from .backends.torch.backend import TorchBackend
-
-    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
-    retriever = make_retriever(config, corpus, cache_dir, retriever_policy)
-    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
-
-
-def answer_scores(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """Mean EM and token F1 of greedy answers (whatever the training reward), the share of replies that ended in an
-    `<answer>` (answered) and of well-formed trajectories (format), and the mean tool calls; 0 for none."""
-    if not trajectories:
-        return {"em": 0.0, "f1": 0.0, "answered": 0.0, "format": 0.0, "tool_calls": 0.0}
-    return {
-        "em": statistics.fmean(exact_match(t.answer, t.question.golden_answers) for t in trajectories),
-        "f1": statistics.fmean(f1(t.answer, t.question.golden_answers) for t in trajectories),
-        "answered": statistics.fmean(t.answer is not None for t in trajectories),
-        "format": statistics.fmean(is_valid_format(t.response) for t in trajectories),
-        "tool_calls": statistics.fmean(t.tool_calls for t in trajectories),
-    }

@@ -1,7 +1,8 @@
 """The command line (`python -m inspo_engine …`): parses arguments, builds runs and prints; the engine does the work.
 
-This is the one place of the engine that reads environment variables (INSPO_OPTIMIZER_API_KEY, GEMINI_API_KEY,
-OPENAI_API_KEY, INSPO_CACHE_DIR), and it hands their values to the engine explicitly.
+Like the verl launcher and job, it is an entry point that reads environment variables (INSPO_OPTIMIZER_API_KEY,
+GEMINI_API_KEY, OPENAI_API_KEY, INSPO_CACHE_DIR, through `environ`), and it hands their values to the engine
+explicitly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, latest_checkpoint, read_state
 from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
+from .environ import api_key_from_env, cache_dir_from_env
 from .events import (
     BudgetExhausted,
     CheckpointSaved,
@@ -31,8 +33,6 @@ from .events import (
     PopulationChanged,
     StepCompleted,
 )
-
-DEFAULT_CACHE = Path("cache")
 
 
 class UsageError(Exception):
@@ -106,7 +106,7 @@ def add_config_source(parser: argparse.ArgumentParser) -> None:
 
 
 def add_cache(parser: argparse.ArgumentParser) -> None:
-    default = Path(os.environ.get("INSPO_CACHE_DIR", DEFAULT_CACHE))
+    default = cache_dir_from_env(os.environ)
     parser.add_argument("--cache-dir", type=Path, default=default, help="models and indexes (env INSPO_CACHE_DIR)")
 
 
@@ -187,7 +187,7 @@ def command_train(args: argparse.Namespace) -> int:
         out_dir=out,
         cache_dir=args.cache_dir,
         sink=events,
-        api_key=api_key_for(config),
+        api_key=api_key_from_env(config.optimizer, os.environ),
         should_stop=stop_on_interrupt(),
     )
     if checkpoint is not None:
@@ -205,21 +205,6 @@ def command_train(args: argparse.Namespace) -> int:
     print(f"  events.jsonl, fig2.png, population.png, best_instruction.txt ({result.best_instruction.id}),")
     print(f"  checkpoint {result.checkpoint}")
     return 0 if result.status == "finished" else 130
-
-
-def api_key_for(config: RunConfig) -> str | None:
-    """The optimizer's key: INSPO_OPTIMIZER_API_KEY when set (the key for whatever URL the config names); else
-    GEMINI_API_KEY (or GOOGLE_API_KEY) only for Google's own endpoint, never for a `base_url`; OPENAI_API_KEY for
-    the openai provider, whose base_url the person running this command chose."""
-    explicit = os.environ.get("INSPO_OPTIMIZER_API_KEY")
-    if explicit:
-        return explicit
-    optimizer = config.optimizer
-    if optimizer.provider == "gemini" and not optimizer.base_url:
-        return os.environ.get("GEMINI_API_KEY") or os.environ.get("GOOGLE_API_KEY")
-    if optimizer.provider == "openai":
-        return os.environ.get("OPENAI_API_KEY")
-    return None
 
 
 def _plot_quietly(out: Path) -> None:
@@ -246,8 +231,7 @@ def command_plot(args: argparse.Namespace) -> int:
 
 
 def command_eval(args: argparse.Namespace) -> int:
-    from .build import answer_scores, checkpoint_best, checkpoint_policy
-    from .env.datasets import load_questions
+    from .evaluate import answer_scores, checkpoint_best, checkpoint_policy, evaluate_checkpoint
 
     config, policy_dir, instruction = _eval_source(args)
     if args.instruction:
@@ -258,12 +242,10 @@ def command_eval(args: argparse.Namespace) -> int:
     policy = checkpoint_policy(config, policy_dir, args.cache_dir)
     print("| benchmark | n | EM | F1 | answered | well-formed | tool calls |\n|---|---|---|---|---|---|---|")
     answers: dict[str, list[dict[str, Any]]] = {}
-    for name in args.dataset:
-        trajectories = policy.answer(instruction, load_questions(name, args.split, limit=args.limit))
-        scores = answer_scores(trajectories)
-        answers[name] = [t.to_dict() | answer_scores([t]) for t in trajectories]
-        row = " | ".join(f"{scores[key]:.3f}" for key in ("em", "f1", "answered", "format", "tool_calls"))
-        print(f"| {name} | {len(trajectories)} | {row} |")
+    for result in evaluate_checkpoint(policy, instruction, args.dataset, split=args.split, limit=args.limit):
+        answers[result.benchmark] = [t.to_dict() | answer_scores([t]) for t in result.trajectories]
+        row = " | ".join(f"{result.scores[key]:.3f}" for key in ("em", "f1", "answered", "format", "tool_calls"))
+        print(f"| {result.benchmark} | {len(result.trajectories)} | {row} |")
     if args.json:
         args.json.write_text(json.dumps({"instruction": instruction, "answers": answers}, indent=1), encoding="utf-8")
     return 0

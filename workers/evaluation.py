@@ -8,16 +8,14 @@ worker died; a worker that lost the request stores nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from django.conf import settings
 
-from inspo_engine.build import answer_scores, checkpoint_best, checkpoint_policy
 from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.config import RunConfig
-from inspo_engine.types import Question, Trajectory
+from inspo_engine.evaluate import Answerer, checkpoint_best, checkpoint_policy, evaluate_checkpoint
 from webapp.runs import lifecycle
 from webapp.runs.configs import benchmark_paths, config_confine
 from webapp.runs.endpoints import net_policy
@@ -28,13 +26,7 @@ from .liveness import Watchdog
 log = logging.getLogger(__name__)
 
 STORED_METRICS = ("em", "f1")
-"""The benchmark metrics the dashboards compare (answer_scores also reports the answer and format rates)."""
-
-
-class Answerer(Protocol):
-    """What evaluation needs of a policy: one greedy answer per question, its reward being EM."""
-
-    def answer(self, instruction: str, questions: Sequence[Question]) -> list[Trajectory]: ...
+"""The benchmark metrics the dashboards compare (evaluate_checkpoint also reports the answer and format rates)."""
 
 
 AnswererFactory = Callable[[RunConfig, Path], Answerer]
@@ -64,8 +56,6 @@ def evaluation_execute(*, request_id: int, worker: str = "", answerer: AnswererF
 
 
 def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluation]:
-    from inspo_engine.env.datasets import load_questions
-
     team = request.run.team
     config = config_confine(RunConfig.from_dict(request.run.config), team=team)
     benchmarks = benchmark_paths(list(request.benchmarks), team=team)
@@ -74,22 +64,20 @@ def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluat
     instruction = Instruction.objects.filter(run=request.run, key=best.id).first()
     policy = make(config, checkpoint_dir / POLICY_DIR)
     rows: list[Evaluation] = []
-    for benchmark in benchmarks:
-        trajectories = policy.answer(best.text, load_questions(benchmark, "test", limit=request.limit))
-        scores = answer_scores(trajectories)
+    for result in evaluate_checkpoint(policy, best.text, benchmarks, limit=request.limit):
         rows += [
             Evaluation(
                 run=request.run,
                 step=request.checkpoint.step,
-                benchmark=benchmark[:200],
+                benchmark=result.benchmark[:200],
                 metric=metric,
                 value=value,
-                n=len(trajectories),
+                n=len(result.trajectories),
                 instruction=instruction,
                 checkpoint=request.checkpoint,
                 request=request,
             )
-            for metric, value in scores.items()
+            for metric, value in result.scores.items()
             if metric in STORED_METRICS
         ]
     return rows

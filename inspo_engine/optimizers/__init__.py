@@ -1,7 +1,10 @@
-"""Optimizer LLM clients and ``build_optimizer``; they answer prompts and know nothing of instructions or evolution."""
+"""Optimizer LLM clients, ``build_optimizer`` and ``optimizer_for`` (a run's client); they answer prompts and know
+nothing of instructions or evolution."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from inspo_engine.optimizers.base import (
@@ -15,9 +18,10 @@ from inspo_engine.optimizers.gemini import GeminiClient
 from inspo_engine.optimizers.local import LocalModelClient
 from inspo_engine.optimizers.openai_compat import OpenAICompatibleClient
 from inspo_engine.optimizers.rules import RuleBasedClient
+from inspo_engine.schedule import needs_optimizer
 
 if TYPE_CHECKING:
-    from inspo_engine.config import OptimizerConfig
+    from inspo_engine.config import OptimizerConfig, RunConfig
     from inspo_engine.netpolicy import NetPolicy
 
 __all__ = [
@@ -31,7 +35,24 @@ __all__ = [
     "RuleBasedClient",
     "build_optimizer",
     "call_with_retries",
+    "optimizer_for",
 ]
+
+
+def optimizer_for(
+    config: RunConfig, cache_dir: Path, api_key: str | None, policy: NetPolicy | None = None
+) -> OptimizerClient | None:
+    """A run's optimizer client, or None when its config never asks one anything; a local model named by id is
+    resolved under `cache_dir`. `policy` checks a base URL that the caller did not choose itself."""
+    if not needs_optimizer(config):
+        return None
+    optimizer = config.optimizer
+    if optimizer.provider == "local" and optimizer.local_model_path:
+        from inspo_engine.backends.torch.model import resolve_model
+
+        local_path = resolve_model(optimizer.local_model_path, cache_dir / "models")
+        optimizer = replace(optimizer, local_model_path=str(local_path))
+    return build_optimizer(optimizer, api_key=api_key, seed=config.seed, policy=policy)
 
 
 def build_optimizer(

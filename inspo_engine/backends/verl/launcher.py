@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ...checkpoints import CHECKPOINTS_DIR, STATE_FILE, checkpoint_step, latest_checkpoint
-from ...cli import api_key_for
 from ...config import RunConfig
+from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, api_key_from_env
 from ...types import Question
 from .overrides import AGENT_NAME, Cluster, RunPaths, quote, verl_overrides
 
@@ -155,12 +155,9 @@ def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:
     merger.cleanup()
 
 
-API_KEY_VARIABLE = "INSPO_OPTIMIZER_API_KEY"
-"""The one optimizer key a job gets (when its optimizer needs one); `main` hands it to the optimizer client."""
-
 JOB_VARIABLES = (
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "PYTHONPATH",
-    "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", "INSPO_CACHE_DIR", "HF_HOME", "HF_HUB_CACHE",
+    "PYTHONHASHSEED", "VIRTUAL_ENV", "LD_LIBRARY_PATH", CACHE_DIR_VARIABLE, "HF_HOME", "HF_HUB_CACHE",
     "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE", "TOKENIZERS_PARALLELISM",
     "VERL_USE_EXTERNAL_PLUGINS",
 )  # fmt: skip
@@ -213,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print:
         print(" ".join(job.argv))
         return 0
-    os.execvpe(job.argv[0], job.argv, job_environment(api_key=api_key_for(config)))
+    os.execvpe(job.argv[0], job.argv, job_environment(api_key=api_key_from_env(config.optimizer, os.environ)))
 
 
 if __name__ == "__main__":

@@ -24,12 +24,13 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from ...checkpoints import STATE_FILE, checkpoint_path, read_state
 from ...config import RunConfig
+from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
 from ...events import JsonlSink
 from .config import compose
-from .launcher import API_KEY_VARIABLE, EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
+from .launcher import EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
 from .loop import VerlLoop, question_of
 
-FORWARDED_ENV = (API_KEY_VARIABLE, "INSPO_CACHE_DIR")
+FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE)
 """Environment variables the TaskRunner actor needs from the job's environment (a joined cluster lacks them)."""
 
 
@@ -45,7 +46,7 @@ def checkpoint_state(out_dir: Path, step: int) -> dict[str, Any]:
 
 def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
     """The engine's loop for this job, from the `inspo` section of the config."""
-    from ...build import make_optimizer
+    from ...optimizers import optimizer_for
     from .trainer import VerlPolicy
 
     inspo = config.inspo
@@ -65,12 +66,12 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         placement=run_config.env.instruction_placement,
     )
     questions = [question_of(info) for info in train_dataset.dataframe["extra_info"]]
-    cache_dir = Path(os.environ.get("INSPO_CACHE_DIR", "cache"))
+    cache_dir = cache_dir_from_env(os.environ)
     loop = VerlLoop(
         run_config,
         policy=policy,
         train_questions=questions,
-        optimizer=make_optimizer(run_config, cache_dir, os.environ.get(API_KEY_VARIABLE) or None),
+        optimizer=optimizer_for(run_config, cache_dir, os.environ.get(API_KEY_VARIABLE) or None),
         sink=JsonlSink(out_dir / EVENTS_FILE),
         out_dir=out_dir,
         should_stop=lambda: (out_dir / STOP_FILE).exists(),

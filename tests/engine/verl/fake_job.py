@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from inspo_engine.build import make_optimizer
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
 from inspo_engine.env.datasets import load_questions
 from inspo_engine.events import JsonlSink
+from inspo_engine.optimizers import optimizer_for
 from tests.engine.fakes import ScriptedBackend
 
 
@@ -55,7 +55,7 @@ def main(argv: Sequence[str]) -> int:
         config,
         backend=backend,
         train_questions=load_questions(config.env.dataset, "train"),
-        optimizer=make_optimizer(config, out_dir / "cache", os.environ.get("INSPO_OPTIMIZER_API_KEY")),
+        optimizer=optimizer_for(config, out_dir / "cache", os.environ.get("INSPO_OPTIMIZER_API_KEY")),
         sink=JsonlSink(out_dir / "events.jsonl"),
         out_dir=out_dir,
         should_stop=lambda: not ignore_stop and (out_dir / "STOP").exists(),

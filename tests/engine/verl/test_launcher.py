@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from inspo_engine.backends.verl.launcher import API_KEY_VARIABLE, job_environment, prepare, resume_overrides
+from inspo_engine.backends.verl.launcher import job_environment, prepare, resume_overrides
 from inspo_engine.backends.verl.overrides import quote
 from inspo_engine.config import preset
+from inspo_engine.environ import API_KEY_VARIABLE
 
 WORKER_ENVIRONMENT = {
     "PATH": "/usr/bin",

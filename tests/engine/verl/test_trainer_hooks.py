@@ -24,7 +24,6 @@ from inspo_engine.backends.verl.loop import INSTRUCTION_ID, UnsupportedMode, Ver
 from inspo_engine.backends.verl.main import checkpoint_state  # noqa: E402
 from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
 from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, VerlPolicy  # noqa: E402
-from inspo_engine.build import make_optimizer  # noqa: E402
 from inspo_engine.config import RunConfig, preset  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.events import (  # noqa: E402
@@ -39,6 +38,7 @@ from inspo_engine.events import (  # noqa: E402
     RunStarted,
     StepCompleted,
 )
+from inspo_engine.optimizers import optimizer_for  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
 G = 2
@@ -107,7 +107,7 @@ class Harness:
             config,
             policy=self.policy,
             train_questions=questions(16),
-            optimizer=make_optimizer(config, out_dir, None),
+            optimizer=optimizer_for(config, out_dir, None),
             sink=self.sink,
             out_dir=out_dir,
         )
