@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inspo_engine.optimizers.base import (
     Completion,
@@ -68,31 +68,11 @@ def build_optimizer(
                 'The "gemini" optimizer needs an API key: pass GEMINI_API_KEY (api_key=...), or choose '
                 'provider "local" (a weak local model) or "openai" (an OpenAI-compatible endpoint).'
             )
-        return GeminiClient(
-            api_key=api_key,
-            model=config.model,
-            base_url=config.base_url,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            backoff_s=config.backoff_s,
-            temperature=config.temperature,
-            max_output_tokens=config.max_output_tokens,
-            policy=policy,
-        )
+        return GeminiClient(api_key=api_key, policy=policy, **_remote_settings(config))
     if config.provider == "openai":
         if not config.base_url:
             raise ValueError('The "openai" optimizer needs base_url, e.g. "http://localhost:8000/v1".')
-        return OpenAICompatibleClient(
-            base_url=config.base_url,
-            model=config.model,
-            api_key=api_key,
-            timeout_s=config.timeout_s,
-            max_retries=config.max_retries,
-            backoff_s=config.backoff_s,
-            temperature=config.temperature,
-            max_output_tokens=config.max_output_tokens,
-            policy=policy,
-        )
+        return OpenAICompatibleClient(api_key=api_key, policy=policy, **_remote_settings(config))
     if config.provider == "local":
         if not config.local_model_path:
             raise ValueError('The "local" optimizer needs local_model_path: a directory holding a small causal LM.')
@@ -104,3 +84,11 @@ def build_optimizer(
     if config.provider == "rules":
         return RuleBasedClient(seed=seed)
     raise ValueError(f'Unknown optimizer provider {config.provider!r}; choose "gemini", "openai", "local" or "rules".')
+
+
+REMOTE_SETTINGS = ("model", "base_url", "timeout_s", "max_retries", "backoff_s", "temperature", "max_output_tokens")
+"""The OptimizerConfig fields the HTTP clients take, under the same names."""
+
+
+def _remote_settings(config: OptimizerConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in REMOTE_SETTINGS}

@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from inspo_engine.netpolicy import transport_error
+
 T = TypeVar("T")
 
 MAX_RETRY_AFTER_S = 300.0
@@ -148,3 +150,42 @@ def call_with_retries(
 def _describe(exc: Exception) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class HttpRetry:
+    """The retry wrapper of the HTTP clients: 429, 5xx, timeouts and connection errors are retried with exponential
+    backoff, at least as long as the server asks; every failure leaves as OptimizerError naming the HTTP status (or
+    what may be said of the connection), never the server's body. A client says how to read its errors."""
+
+    max_retries: int
+    backoff_s: float
+    sleep: Callable[[float], None]
+    status_of: Callable[[Exception], int | None]
+    """The HTTP status an exception carries; None when the request got no answer."""
+    retry_after: Callable[[Exception], float | None]
+    """The wait (seconds) an answer asked for, if any."""
+    transport_errors: tuple[type[Exception], ...]
+    """The exceptions of a request that got no answer and may be retried (timeouts, connection errors)."""
+
+    def call(self, fn: Callable[[], T], *, label: str) -> T:
+        return call_with_retries(
+            fn,
+            is_retryable=self.is_retryable,
+            max_retries=self.max_retries,
+            backoff_s=self.backoff_s,
+            sleep=self.sleep,
+            retry_after=self.retry_after,
+            label=label,
+            describe=self.describe,
+        )
+
+    def is_retryable(self, exc: Exception) -> bool:
+        status = self.status_of(exc)
+        if status is not None:
+            return status == 429 or 500 <= status <= 599
+        return isinstance(exc, self.transport_errors)
+
+    def describe(self, exc: Exception) -> str:
+        status = self.status_of(exc)
+        return f"HTTP {status}" if status is not None else transport_error(exc)

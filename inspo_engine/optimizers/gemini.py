@@ -11,8 +11,8 @@ import httpx
 from google import genai
 from google.genai import errors, types
 
-from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transport_error
-from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
+from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client
+from inspo_engine.optimizers.base import Completion, HttpRetry, OptimizerError, parse_retry_after
 
 GEMINI_API_VERSION = "v1beta"
 """Pinned so the request path never depends on the SDK's default (v1 since google-genai 3) or on
@@ -62,11 +62,9 @@ class GeminiClient:
         if policy is not None and base_url:
             check_url(base_url, policy)
         self.model = model
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
-        self._sleep = sleep
+        self._retry = HttpRetry(max_retries, backoff_s, sleep, _status, _retry_after, _TRANSPORT_ERRORS)
         self._http = guarded_client(policy, timeout=timeout_s)
         http_options = types.HttpOptions(
             base_url=base_url,
@@ -88,16 +86,7 @@ class GeminiClient:
             response = self._client.models.generate_content(model=self.model, contents=prompt, config=config)
             return self._to_completion(response)
 
-        return call_with_retries(
-            once,
-            is_retryable=_is_retryable,
-            max_retries=self.max_retries,
-            backoff_s=self.backoff_s,
-            sleep=self._sleep,
-            retry_after=_retry_after,
-            label=f"Gemini call to {self.model}",
-            describe=_describe,
-        )
+        return self._retry.call(once, label=f"Gemini call to {self.model}")
 
     def close(self) -> None:
         """Release the SDK's HTTP connections."""
@@ -142,16 +131,8 @@ def _enum_name(value: Any) -> str | None:
     return text if re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", text) else "unrecognised"
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, errors.APIError):
-        return f"HTTP {exc.code}"
-    return transport_error(exc)
-
-
-def _is_retryable(exc: Exception) -> bool:
-    if isinstance(exc, errors.APIError):
-        return exc.code == 429 or 500 <= exc.code <= 599
-    return isinstance(exc, _TRANSPORT_ERRORS)
+def _status(exc: Exception) -> int | None:
+    return exc.code if isinstance(exc, errors.APIError) else None
 
 
 def _retry_after(exc: Exception) -> float | None:

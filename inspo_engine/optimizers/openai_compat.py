@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transport_error
-from inspo_engine.optimizers.base import Completion, OptimizerError, call_with_retries, parse_retry_after
+from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client
+from inspo_engine.optimizers.base import Completion, HttpRetry, OptimizerError, parse_retry_after
 
 _TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
@@ -50,11 +50,9 @@ class OpenAICompatibleClient:
         self.url = base_url.rstrip("/") + "/chat/completions"
         if policy is not None:
             check_url(self.url, policy)
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
         self.temperature = temperature
         self.max_output_tokens = max_output_tokens
-        self._sleep = sleep
+        self._retry = HttpRetry(max_retries, backoff_s, sleep, _status, _retry_after, _TRANSPORT_ERRORS)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = guarded_client(policy, timeout=timeout_s, headers=headers)
 
@@ -76,16 +74,7 @@ class OpenAICompatibleClient:
                 raise _StatusError(response)
             return self._to_completion(response)
 
-        return call_with_retries(
-            once,
-            is_retryable=_is_retryable,
-            max_retries=self.max_retries,
-            backoff_s=self.backoff_s,
-            sleep=self._sleep,
-            retry_after=_retry_after,
-            label=f"chat completion from {self.model} at {self.url}",
-            describe=_describe,
-        )
+        return self._retry.call(once, label=f"chat completion from {self.model} at {self.url}")
 
     def close(self) -> None:
         """Release the HTTP connections."""
@@ -126,22 +115,13 @@ def _finish_reason(choice: dict[str, Any]) -> str:
     return reason if reason in ("stop", "length", "content_filter", "tool_calls", "function_call") else "none given"
 
 
-def _describe(exc: Exception) -> str:
-    if isinstance(exc, _StatusError):
-        return str(exc)
-    return transport_error(exc)
-
-
 def _token_count(usage: dict[str, Any], key: str) -> int:
     value = usage.get(key)
     return value if isinstance(value, int) and value >= 0 else 0
 
 
-def _is_retryable(exc: Exception) -> bool:
-    if isinstance(exc, _StatusError):
-        status = exc.response.status_code
-        return status == 429 or 500 <= status <= 599
-    return isinstance(exc, _TRANSPORT_ERRORS)
+def _status(exc: Exception) -> int | None:
+    return exc.response.status_code if isinstance(exc, _StatusError) else None
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -265,6 +265,19 @@ def test_build_optimizer_makes_a_gemini_client_from_the_config(httpserver: HTTPS
     assert client.model == "gemini-2.5-pro"
 
 
+def test_build_optimizer_hands_the_configs_sampling_and_retry_settings_to_the_client(httpserver: HTTPServer) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_json(gemini_error(503, "UNAVAILABLE"), status=503)
+    config = OptimizerConfig(
+        provider="gemini", base_url=httpserver.url_for("/"), temperature=0.3, max_output_tokens=77, max_retries=0
+    )
+
+    with pytest.raises(OptimizerError, match="after 1 attempts: HTTP 503"):
+        build_optimizer(config, api_key="test-key").complete("Hello")
+
+    body = json.loads(httpserver.log[0][0].get_data())
+    assert body["generationConfig"] == {"temperature": 0.3, "maxOutputTokens": 77}
+
+
 def test_build_optimizer_refuses_gemini_without_an_api_key_and_names_the_way_out() -> None:
     with pytest.raises(ValueError, match="GEMINI_API_KEY") as raised:
         build_optimizer(OptimizerConfig(provider="gemini"), api_key=None)

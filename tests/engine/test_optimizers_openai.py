@@ -265,6 +265,24 @@ def test_build_optimizer_makes_an_openai_compatible_client_from_the_config(https
     assert client.model == "qwen2.5-7b-instruct"
 
 
+def test_build_optimizer_hands_the_configs_sampling_and_retry_settings_to_the_client(httpserver: HTTPServer) -> None:
+    httpserver.expect_request(PATH, method="POST").respond_with_json({"error": "busy"}, status=503)
+    config = OptimizerConfig(
+        provider="openai",
+        model="m",
+        base_url=httpserver.url_for("/v1"),
+        temperature=0.3,
+        max_output_tokens=77,
+        max_retries=0,
+    )
+
+    with pytest.raises(OptimizerError, match="after 1 attempts: HTTP 503"):
+        build_optimizer(config).complete("Hello")
+
+    body = json.loads(httpserver.log[0][0].get_data())
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("m", 0.3, 77)
+
+
 def test_build_optimizer_refuses_openai_without_a_base_url() -> None:
     with pytest.raises(ValueError, match="base_url"):
         build_optimizer(OptimizerConfig(provider="openai", base_url=None), api_key="sk-test")
