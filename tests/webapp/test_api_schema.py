@@ -1,5 +1,7 @@
-"""Property-based: schemathesis reads /api/schema/ and throws generated requests at every operation, both on
-made-up ids and on a real run with data and a checkpoint; no request may end in a server error (5xx)."""
+"""The API answers as its OpenAPI schema says. schemathesis reads /api/schema/ and throws generated requests at every
+operation — valid and invalid ones, on made-up ids, on a real run of the caller's team with data in every table, and
+on another team's run — and checks each answer: no server error, a documented status code, content type, headers
+and body, invalid input refused, and another team's run never served."""
 
 from __future__ import annotations
 
@@ -8,11 +10,19 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.factories import (
     CheckpointFactory,
     EvaluationFactory,
+    EvolutionRoundFactory,
     InstructionFactory,
     PopulationMemberFactory,
     RunFactory,
@@ -20,27 +30,60 @@ from tests.factories import (
     TrajectoryFactory,
 )
 from webapp.accounts.services import api_token_create
-from webapp.runs.models import Run
+from webapp.runs.models import Candidate, Run
+
+EXAMPLES = 8
+"""Generated requests per operation, mode and set of ids: the whole test stays well under a minute."""
 
 
-@pytest.fixture
-def world(db, alice, alice_team, bob, tmp_path):
-    """A token of alice's, and a run of her team with data in every table and a checkpoint on disk."""
-    run = RunFactory(team=alice_team, creator=alice, status="failed")
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+]
+NOT_SERVED = {400, 404}
+"""What a request on another team's run may get: 404, or 400 for input refused before the run is looked up."""
+
+
+def data_run(team, creator, path):
+    """A failed run with something in every table (an optimizer round with a candidate and failures included) and
+    a checkpoint on disk under `path`."""
+    run = RunFactory(team=team, creator=creator, status=Run.Status.FAILED)
     seed = InstructionFactory(run=run, key="ins-0000")
-    InstructionFactory(run=run, key="ins-0001", parent=seed, origin="reflection", birth_step=2)
+    evolution = EvolutionRoundFactory(
+        run=run,
+        parent=seed,
+        failures=[{"question": "Who?", "response": "<answer> me </answer>", "golden_answers": ["you"], "reward": 0.0}],
+    )
+    child = InstructionFactory(run=run, key="ins-0001", parent=seed, origin="reflection", birth_step=2, round=evolution)
+    Candidate.objects.create(round=evolution, position=0, text=child.text, valid=True, score=0.5, accepted=True)
     run.best_instruction = seed
     run.save()
     StepMetricFactory(run=run, step=1)
     PopulationMemberFactory(snapshot__run=run, instruction=seed)
     TrajectoryFactory(run=run, instruction=seed)
     EvaluationFactory(run=run, instruction=seed)
-    policy = tmp_path / "step-000002" / "policy"
+    policy = path / f"{run.pk}-step-000002" / "policy"
     policy.mkdir(parents=True)
     (policy / "model.safetensors").write_bytes(b"\x00" * 1000)
     checkpoint = CheckpointFactory(run=run, step=2, path=str(policy.parent))
+    return {"run_id": str(run.pk), "checkpoint_id": checkpoint.pk}
+
+
+@pytest.fixture
+def world(db, alice, alice_team, bob, bob_team, tmp_path):
+    """A token of alice's; two runs of her team with data and checkpoints (one to compare with), and one of bob's."""
     _, key = api_token_create(user=alice, name="schemathesis")
-    return {"headers": {"Authorization": f"Token {key}"}, "run_id": str(run.pk), "checkpoint_id": checkpoint.pk}
+    ours, other = data_run(alice_team, alice, tmp_path), data_run(alice_team, alice, tmp_path)
+    return {
+        "headers": {"Authorization": f"Token {key}"},
+        "ours": ours,
+        "foreign": data_run(bob_team, bob, tmp_path),
+        "compared": [ours["run_id"], other["run_id"]],
+    }
 
 
 @pytest.fixture
@@ -61,32 +104,55 @@ def api_schema(world):
         request_finished.connect(close_old_connections)
 
 
-def real_ids(operation, world):
-    """Path parameters naming the real run (and checkpoint), so generated bodies and queries reach real code."""
-    names = {p.name for p in operation.path_parameters}
-    return {key: world[key] for key in ("run_id", "checkpoint_id") if key in names}
+def fixed_values(operation, world):
+    """What each round of generated requests keeps fixed, and whether it names another team's run: nothing
+    (made-up ids), the ids of alice's run, those of bob's run; for the comparison, alice's two runs."""
+    names = {p.name for p in operation.path_parameters} & {"run_id", "checkpoint_id"}
+    if operation.path.endswith("/compare/"):
+        return [({}, False), ({"query": {"runs": world["compared"]}}, False)]
+    if not names:
+        return [({}, False)]
+    ours, foreign = ({"path_parameters": {key: world[who][key] for key in names}} for who in ("ours", "foreign"))
+    return [({}, False), (ours, False), (foreign, True)]
+
+
+def exercise(strategy, headers, *, foreign):
+    """Generated requests of one operation, each answer checked; with `foreign`, none may serve bob's run."""
+
+    @given(strategy)
+    @settings(
+        max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True, database=None
+    )
+    def check(case):
+        response = case.call_and_validate(headers=headers, checks=CHECKS)
+        if foreign:
+            assert response.status_code in NOT_SERVED, f"{case.method} {case.formatted_path} served bob's run"
+
+    check()
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_no_generated_request_causes_a_server_error(api_schema, world, mode):
-    """Every operation, made-up ids and real ones. (Driven through Hypothesis directly: schemathesis' pytest
-    loader does not run under pytest 9.)"""
+def test_every_operation_answers_as_its_schema_says(api_schema, world, mode):
+    """Every operation, with 0 violations. (Driven through Hypothesis directly: schemathesis' pytest loader does
+    not run under pytest 9.)"""
     operations = [result.ok() for result in api_schema.get_all_operations()]
-    assert len(operations) >= 19
+    assert len(operations) >= 24
     for operation in operations:
-        for fixed in ({}, real_ids(operation, world)):
-            strategy = operation.as_strategy(generation_mode=mode, path_parameters=fixed or None)
-
-            @given(strategy)
-            @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-            def check(case):
-                case.call_and_validate(headers=world["headers"], checks=[not_a_server_error])
-
+        for fixed, foreign in fixed_values(operation, world):
             try:
-                check()
+                exercise(operation.as_strategy(generation_mode=mode, **fixed), world["headers"], foreign=foreign)
             except Unsatisfiable:
                 assert mode is GenerationMode.NEGATIVE  # nothing of this operation can be made invalid
-            if not fixed:
-                break
     if mode is GenerationMode.POSITIVE:  # valid generated requests really got through, not just 4xx
-        assert Run.objects.count() > 1
+        assert Run.objects.count() > 3
+
+
+def test_the_runs_list_is_documented_as_the_page_it_is(client, alice):
+    client.force_login(alice)
+    schema = client.get("/api/schema/?format=json").json()
+    listed = schema["paths"]["/api/v1/runs/"]["get"]
+    page = listed["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+    envelope = schema["components"]["schemas"][page]["properties"]
+    assert set(envelope) == {"count", "next", "previous", "results"}
+    assert {"page", "page_size"} <= {p["name"] for p in listed["parameters"]}
+    assert {"400", "401", "404"} <= set(listed["responses"])

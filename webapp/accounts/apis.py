@@ -11,6 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from webapp.core.api import error_responses
+
 from .models import Role
 from .permissions import acting_user, require_role
 from .selectors import team_get, team_list, team_secret_list
@@ -23,7 +25,7 @@ class TeamListApi(APIView):
         name = serializers.CharField()
         role = serializers.CharField()
 
-    @extend_schema(responses=TeamOutput(many=True), operation_id="teams_list")
+    @extend_schema(responses={200: TeamOutput(many=True), **error_responses()}, operation_id="teams_list")
     def get(self, request: Request) -> Response:
         user = acting_user(request)
         return Response(self.TeamOutput(team_list(user=user), many=True).data)
@@ -43,14 +45,20 @@ class TeamSecretListApi(APIView):
         name = serializers.CharField(max_length=64)
         value = serializers.CharField(max_length=4096, trim_whitespace=False, write_only=True)
 
-    @extend_schema(responses=TeamSecretOutput(many=True), operation_id="team_secrets_list")
+    @extend_schema(
+        responses={200: TeamSecretOutput(many=True), **error_responses(404)}, operation_id="team_secrets_list"
+    )
     def get(self, request: Request, slug: str) -> Response:
         user = acting_user(request)
         team = team_get(user=user, slug=slug)
         require_role(user, team, Role.VIEWER)
         return Response(TeamSecretOutput(team_secret_list(team=team), many=True).data)
 
-    @extend_schema(request=TeamSecretInput, responses={201: TeamSecretOutput}, operation_id="team_secrets_set")
+    @extend_schema(
+        request=TeamSecretInput,
+        responses={201: TeamSecretOutput, **error_responses(400, 403, 404, 413)},
+        operation_id="team_secrets_set",
+    )
     def post(self, request: Request, slug: str) -> Response:
         user = acting_user(request)
         team = team_get(user=user, slug=slug)
@@ -61,7 +69,7 @@ class TeamSecretListApi(APIView):
 
 
 class TeamSecretDetailApi(APIView):
-    @extend_schema(request=None, responses={204: None}, operation_id="team_secrets_delete")
+    @extend_schema(request=None, responses={204: None, **error_responses(403, 404)}, operation_id="team_secrets_delete")
     def delete(self, request: Request, slug: str, name: str) -> Response:
         user = acting_user(request)
         team_secret_delete(team=team_get(user=user, slug=slug), user=user, name=name)

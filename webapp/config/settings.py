@@ -302,6 +302,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "webapp.runs.models.Run.Status",
+        "EvaluationRequestStatusEnum": "webapp.runs.models.EvaluationRequest.Status",
+    },
     # Swagger UI's files come from the drf-spectacular-sidecar package, served as the site's static files.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

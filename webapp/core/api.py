@@ -1,18 +1,23 @@
 """The API's error format: every error under /api/ is JSON with a `detail` message — DRF's for validation and
 auth, service errors mapped to their status codes, and JSON pages for what happens outside a view (no route,
-a crash); a JSON body too large or nested too deeply is a 4xx that says so."""
+a crash); a JSON body too large or nested too deeply is a 4xx that says so. `error_responses` documents them in the
+OpenAPI schema."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse, QueryDict
 from django.views import defaults
-from rest_framework.exceptions import ParseError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+from rest_framework.exceptions import ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -51,6 +56,52 @@ class BoundedJSONParser(JSONParser):
         if _depth(data) > MAX_JSON_DEPTH:
             raise too_deep
         return data
+
+
+def query_once(params: QueryDict, *, many: Collection[str] = ()) -> dict[str, Any]:
+    """The query parameters (a QueryDict) one value each, for an input serializer; a 400 naming every parameter
+    given more than once that takes one value (those in `many` take several)."""
+    repeated = sorted(name for name in params if name not in many and len(params.getlist(name)) > 1)
+    if repeated:
+        raise ValidationError({name: ["give this parameter once"] for name in repeated})
+    return {name: params.getlist(name) if name in many else params[name] for name in params}
+
+
+# -- the errors in the schema -----------------------------------------------------------------------------------
+
+
+class ErrorOutputSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField(help_text="What went wrong, in a sentence.")
+
+
+ERROR_MEANINGS = {
+    400: "Invalid input: each field with its messages ({field: [message, …]}; a config's fields under `config`, by "
+    "dotted path), or `detail` for a body that is no JSON object.",
+    401: "Not signed in: no valid API token (Authorization: Token …) or session.",
+    403: "Your role in the run's team does not allow it: viewers read, members submit and act.",
+    404: "No such object among your teams' (another team's run reads the same as one that does not exist), or no "
+    "such page.",
+    409: "The object's state does not allow it; `detail` says what state it is in.",
+    410: "The object's files are gone (an old checkpoint its run deleted).",
+    413: "The request body is larger than the server accepts.",
+    416: "The Range asked for lies outside the file; Content-Range gives its size.",
+    429: "Too many requests: the API's rate limit, or a team quota (active runs); `detail` says which.",
+}
+ALWAYS = (401, 429)
+"""What any operation may answer: every one needs a signed-in caller and counts against the rate limit."""
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """The schema's responses for these error statuses and those in ALWAYS, each with its body and meaning."""
+    responses = {}
+    for status in sorted({*statuses, *ALWAYS}):
+        body: Any = ErrorOutputSerializer
+        if status == 400:
+            body = OpenApiTypes.OBJECT
+        elif status == 416:
+            body = None
+        responses[status] = OpenApiResponse(response=body, description=ERROR_MEANINGS[status])
+    return responses
 
 
 def _too_big_message() -> str:

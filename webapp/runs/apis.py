@@ -1,5 +1,6 @@
 """REST API for runs under /api/v1/: each view validates with a serializer, calls one service or selector, and
-serialises the result. Team scoping lives in `selectors.run_get` (404 for other teams) and roles in services."""
+serialises the result with an output serializer of `outputs`. Team scoping lives in `selectors.run_get` (404 for
+other teams) and roles in services. Every operation documents the errors it answers (`error_responses`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view, inline_serializer
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.request import Request
@@ -19,6 +20,7 @@ from rest_framework.views import APIView
 from webapp.accounts.models import Team, User
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_get, team_list
+from webapp.core.api import error_responses, query_once
 from webapp.core.errors import InvalidInput
 from webapp.core.files import file_response
 from webapp.core.responses import cached_json
@@ -27,7 +29,22 @@ from webapp.core.text import has_nul
 from . import selectors, services
 from .archives import checkpoint_archive
 from .configs import PRESET_NAMES, config_compose
-from .models import Checkpoint, EvaluationRequest, Run
+from .models import Run
+from .outputs import (
+    BestInstructionOutputSerializer,
+    CheckpointOutputSerializer,
+    ComparisonOutputSerializer,
+    EvaluationRequestOutputSerializer,
+    EvaluationsOutputSerializer,
+    ExportOutputSerializer,
+    LineageOutputSerializer,
+    MetricSeriesOutputSerializer,
+    PopulationOutputSerializer,
+    PresetsOutputSerializer,
+    RunDetailOutputSerializer,
+    RunOutputSerializer,
+    TrajectoryPageOutputSerializer,
+)
 
 # -- shared fields -----------------------------------------------------------------------------------------------
 
@@ -47,50 +64,6 @@ class ConfigField(serializers.JSONField):
 TagsField = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20, required=False)
 
 
-class RunOutputSerializer(serializers.ModelSerializer[Run]):
-    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    creator: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    tags = serializers.SerializerMethodField()
-    progress = serializers.FloatField()
-    queue = serializers.CharField()
-    best_instruction_id = serializers.SerializerMethodField()
-    cloned_from: serializers.PrimaryKeyRelatedField[Run] = serializers.PrimaryKeyRelatedField(read_only=True)
-
-    class Meta:
-        model = Run
-        fields = (
-            "id",
-            "team",
-            "creator",
-            "name",
-            "tags",
-            "status",
-            "backend",
-            "queue",
-            "preset",
-            "seed",
-            "config",
-            "created_at",
-            "started_at",
-            "finished_at",
-            "heartbeat_at",
-            "step",
-            "total_steps",
-            "progress",
-            "error",
-            "attempts",
-            "best_instruction_id",
-            "cloned_from",
-        )
-        read_only_fields = fields
-
-    def get_tags(self, run: Run) -> list[str]:
-        return sorted(tag.name for tag in run.tags.all())
-
-    def get_best_instruction_id(self, run: Run) -> str | None:
-        return run.best_instruction.key if run.best_instruction else None
-
-
 # -- runs: list, create, retrieve ---------------------------------------------------------------------------------
 
 
@@ -99,12 +72,25 @@ class RunPagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 200
 
+    class Input(serializers.Serializer[Any]):
+        """The paginator's own parameters, checked first: it would read a bad value as the default."""
+
+        page = serializers.IntegerField(required=False, min_value=1, help_text="Default 1; past the last: 404.")
+        page_size = serializers.IntegerField(required=False, min_value=1, max_value=200, help_text="Default 20.")
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """DRF's envelope, each of its four fields always sent (`next` and `previous` null at either end)."""
+        envelope = super().get_paginated_response_schema(schema)
+        return {**envelope, "required": ["count", "next", "previous", "results"]}
+
 
 class RunListCreateApi(APIView):
+    pagination_class = RunPagination
+
     class RunListFilter(serializers.Serializer[Any]):
         status = serializers.ChoiceField(choices=Run.Status.choices, required=False)
-        tag = serializers.CharField(max_length=64, required=False)
-        creator = serializers.CharField(max_length=150, required=False)
+        tag = serializers.CharField(max_length=64, required=False, trim_whitespace=False)
+        creator = serializers.CharField(max_length=150, required=False, trim_whitespace=False)
         team = serializers.SlugField(required=False)
         preset = serializers.ChoiceField(choices=PRESET_NAMES, required=False)
         ordering = serializers.ChoiceField(choices=selectors.RUN_ORDERINGS, required=False)
@@ -118,20 +104,30 @@ class RunListCreateApi(APIView):
         overrides = ConfigField(required=False, help_text='Field overrides: {"grpo.lr": 1e-6, "evolve_every": 10}.')
 
     @extend_schema(
-        parameters=[RunListFilter],
-        responses=RunOutputSerializer(many=True),
+        parameters=[RunListFilter, RunPagination.Input],
+        responses={200: RunOutputSerializer(many=True), **error_responses(400, 404)},
         operation_id="runs_list",
+        description="The runs of your teams, a page at a time: `count` runs in all, the addresses of the `next` and "
+        "`previous` pages (null at either end), and this page's `results`. A page past the last is a 404.",
     )
     def get(self, request: Request) -> Response:
         user = acting_user(request)
-        filters = self.RunListFilter(data=request.query_params)
+        query = query_once(request.query_params)
+        filters = self.RunListFilter(data=query)
         filters.is_valid(raise_exception=True)
+        self.pagination_class.Input(data=query).is_valid(raise_exception=True)
         runs = selectors.run_list(user=user, **filters.validated_data)
-        paginator = RunPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(runs, request, view=self)
         return paginator.get_paginated_response(RunOutputSerializer(page, many=True).data)
 
-    @extend_schema(request=RunCreateInput, responses={201: RunOutputSerializer}, operation_id="runs_create")
+    @extend_schema(
+        request=RunCreateInput,
+        responses={201: RunOutputSerializer, **error_responses(400, 403, 413)},
+        operation_id="runs_create",
+        description="Queue a run: a preset, a partial config and overrides, validated by the engine (400 names each "
+        "bad field); 403 for a viewer, 429 when the team is at its active-run quota.",
+    )
     def post(self, request: Request) -> Response:
         user = acting_user(request)
         data = self.RunCreateInput(data=request.data)
@@ -165,22 +161,184 @@ def _submission_team(user: User, slug: str | None) -> Team:
     return teams[0]
 
 
-class RunDetailApi(APIView):
-    @extend_schema(responses=RunOutputSerializer, operation_id="runs_retrieve")
+# -- one run's data: every read has this shape --------------------------------------------------------------------
+
+
+class RunReadApi(APIView):
+    """GET a run of the caller's teams (another team's run is a 404, as is one that does not exist) and send what
+    `read` makes of it through `output`. A subclass names both (and `query`, a serializer of its query parameters,
+    when it takes any) and documents them with `extend_schema`."""
+
+    output: type[serializers.Serializer[Any]]
+    many = False
+    query: type[serializers.Serializer[Any]] | None = None
+
+    def read(self, run: Run, **query: Any) -> Any:
+        raise NotImplementedError
+
     def get(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
-        return Response(RunOutputSerializer(selectors.run_get(user=user, run_id=run_id)).data)
+        params: dict[str, Any] = {}
+        if self.query is not None:
+            filters = self.query(data=query_once(request.query_params))
+            filters.is_valid(raise_exception=True)
+            params = dict(filters.validated_data)
+        run = selectors.run_get(user=user, run_id=run_id)
+        return Response(self.output(self.read(run, **params), many=self.many).data)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: RunDetailOutputSerializer, **error_responses(404)},
+        operation_id="runs_retrieve",
+        description="The run, and what its config changed from its preset.",
+    )
+)
+class RunDetailApi(RunReadApi):
+    output = RunDetailOutputSerializer
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return run
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: MetricSeriesOutputSerializer, **error_responses(404)},
+        operation_id="runs_metrics",
+        description="Column-wise metric series: one array per metric, one value per stored step.",
+    )
+)
+class RunMetricsApi(RunReadApi):
+    output = MetricSeriesOutputSerializer
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_metric_series(run=run)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: LineageOutputSerializer, **error_responses(404)},
+        operation_id="runs_lineage",
+        description="Instructions as nodes, parent → child edges, and every optimizer round with its critique, the "
+        "failures it was shown and each candidate's verdict.",
+    )
+)
+class RunLineageApi(RunReadApi):
+    output = LineageOutputSerializer
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_lineage(run=run)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: EvaluationsOutputSerializer, **error_responses(404)},
+        operation_id="runs_evaluations",
+        description="Every evaluation result, and the newest value per benchmark and metric.",
+    )
+)
+class RunEvaluationsApi(RunReadApi):
+    output = EvaluationsOutputSerializer
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_evaluations(run=run)
+
+
+class TrajectoryFilter(serializers.Serializer[Any]):
+    step = serializers.IntegerField(
+        required=False, min_value=0, max_value=10_000_000, help_text="Default: the newest step that has any."
+    )
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[TrajectoryFilter],
+        responses={200: TrajectoryPageOutputSerializer, **error_responses(400, 404)},
+        operation_id="runs_trajectories",
+        description="The trajectories sampled at one step.",
+    )
+)
+class RunTrajectoriesApi(RunReadApi):
+    output = TrajectoryPageOutputSerializer
+    query = TrajectoryFilter
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_trajectories(run=run, step=query.get("step"))
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: CheckpointOutputSerializer(many=True), **error_responses(404)},
+        operation_id="runs_checkpoints",
+        description="Every checkpoint the run saved: step, bytes, the archive's sha256, and whether its files remain.",
+    )
+)
+class RunCheckpointsApi(RunReadApi):
+    output = CheckpointOutputSerializer
+    many = True
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.checkpoint_list(run=run)
+
+
+class RunPopulationApi(APIView):
+    @extend_schema(
+        responses={200: PopulationOutputSerializer, **error_responses(404)},
+        operation_id="runs_population",
+        description="Every population snapshot, column-wise: one array per snapshot field and, per instruction, "
+        "one array per statistic over the snapshots from its first membership to its last. A finished, failed or "
+        "cancelled run's answer is cached until the run changes.",
+    )
+    def get(self, request: Request, run_id: str) -> HttpResponse:
+        user = acting_user(request)
+        run = selectors.run_get(user=user, run_id=run_id)
+        return cached_json(
+            selectors.run_cache_key(run=run, name="population"),
+            lambda: selectors.run_population_columns(run=run),
+        )
 
 
 # -- actions -----------------------------------------------------------------------------------------------------
 
 
-class RunCancelApi(APIView):
-    @extend_schema(request=None, responses=RunOutputSerializer, operation_id="runs_cancel")
+class RunActionApi(APIView):
+    """POST an action on a run of the caller's teams (404 for another team's): `act` calls its service, which
+    checks the caller's role (403 for a viewer) and the run's state (409), and the run is sent back as it is now."""
+
+    def act(self, run: Run, user: User) -> Run:
+        raise NotImplementedError
+
     def post(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
-        run = services.run_cancel(run=selectors.run_get(user=user, run_id=run_id), user=user)
+        run = self.act(selectors.run_get(user=user, run_id=run_id), user)
         return Response(RunOutputSerializer(run).data)
+
+
+@extend_schema_view(
+    post=extend_schema(
+        request=None,
+        responses={200: RunOutputSerializer, **error_responses(403, 404, 409)},
+        operation_id="runs_cancel",
+        description="A queued run is cancelled at once; a running one becomes cancelling and stops after its step.",
+    )
+)
+class RunCancelApi(RunActionApi):
+    def act(self, run: Run, user: User) -> Run:
+        return services.run_cancel(run=run, user=user)
+
+
+@extend_schema_view(
+    post=extend_schema(
+        request=None,
+        responses={200: RunOutputSerializer, **error_responses(403, 404, 409)},
+        operation_id="runs_resume",
+        description="A failed or cancelled run is queued again and continues from its newest checkpoint; 429 when its "
+        "team is at its active-run quota.",
+    )
+)
+class RunResumeApi(RunActionApi):
+    def act(self, run: Run, user: User) -> Run:
+        return services.run_resume(run=run, user=user)
 
 
 class RunCloneApi(APIView):
@@ -189,7 +347,11 @@ class RunCloneApi(APIView):
         tags = TagsField
         overrides = ConfigField(required=False)
 
-    @extend_schema(request=RunCloneInput, responses={201: RunOutputSerializer}, operation_id="runs_clone")
+    @extend_schema(
+        request=RunCloneInput,
+        responses={201: RunOutputSerializer, **error_responses(400, 403, 404, 413)},
+        operation_id="runs_clone",
+    )
     def post(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
         data = self.RunCloneInput(data=request.data)
@@ -202,23 +364,6 @@ class RunCloneApi(APIView):
         return Response(RunOutputSerializer(run).data, status=201)
 
 
-class RunResumeApi(APIView):
-    @extend_schema(request=None, responses=RunOutputSerializer, operation_id="runs_resume")
-    def post(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        run = services.run_resume(run=selectors.run_get(user=user, run_id=run_id), user=user)
-        return Response(RunOutputSerializer(run).data)
-
-
-class EvaluationRequestOutputSerializer(serializers.ModelSerializer[EvaluationRequest]):
-    checkpoint_step = serializers.IntegerField(source="checkpoint.step")
-
-    class Meta:
-        model = EvaluationRequest
-        fields = ("id", "checkpoint", "checkpoint_step", "benchmarks", "limit", "status", "error", "created_at")
-        read_only_fields = fields
-
-
 class RunEvaluateApi(APIView):
     class RunEvaluateInput(serializers.Serializer[Any]):
         benchmarks = serializers.ListField(child=serializers.CharField(max_length=200), min_length=1, max_length=20)
@@ -226,7 +371,9 @@ class RunEvaluateApi(APIView):
         limit = serializers.IntegerField(required=False, min_value=1, max_value=100_000)
 
     @extend_schema(
-        request=RunEvaluateInput, responses={202: EvaluationRequestOutputSerializer}, operation_id="runs_evaluate"
+        request=RunEvaluateInput,
+        responses={202: EvaluationRequestOutputSerializer, **error_responses(400, 403, 404, 409, 410, 413)},
+        operation_id="runs_evaluate",
     )
     def post(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
@@ -247,111 +394,6 @@ class RunEvaluateApi(APIView):
         return Response(EvaluationRequestOutputSerializer(evaluation).data, status=202)
 
 
-# -- a run's data for charts --------------------------------------------------------------------------------------
-
-_ANY_OBJECT = OpenApiTypes.OBJECT
-
-
-class RunMetricsApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="runs_metrics", description="Column-wise metric series.")
-    def get(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return Response(selectors.run_metric_series(run=run))
-
-
-def _column(child: serializers.Field[Any, Any, Any, Any], help_text: str) -> serializers.ListField:
-    return serializers.ListField(child=child, help_text=help_text)
-
-
-class PopulationOutputSerializer(serializers.Serializer[Any]):
-    """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
-    and per instruction its statistics as arrays over the snapshots it spans. It documents the answer in the schema;
-    the view sends the selector's columns as they are, because passing thousands of numbers through a field each
-    costs more than reading them (tests check that this serializer reproduces them unchanged)."""
-
-    class Snapshots(serializers.Serializer[Any]):
-        step = _column(serializers.IntegerField(), "The step of each snapshot, ascending.")
-        reason = _column(serializers.CharField(), "Why it was taken: initialised, step, pruned, evolved, …")
-        best_id = _column(serializers.CharField(allow_null=True), "The best instruction at that snapshot.")
-        time = _column(serializers.DateTimeField(), "When it was taken.")
-
-    class InstructionColumns(serializers.Serializer[Any]):
-        id = serializers.CharField()
-        start = serializers.IntegerField(
-            help_text="Index of the first snapshot it is a member of: element i of each array below belongs to "
-            "snapshot start + i. The arrays end at its last membership."
-        )
-        weight = _column(serializers.FloatField(allow_null=True), "Its weight; null where it was not a member.")
-        probability = _column(serializers.FloatField(allow_null=True), "Its sampling probability.")
-        samples = _column(serializers.IntegerField(allow_null=True), "Rollouts that used it so far.")
-        mean_reward = _column(serializers.FloatField(allow_null=True), "Their mean reward.")
-
-    snapshots = Snapshots()
-    instructions = InstructionColumns(many=True, help_text="In order of first membership.")
-
-
-class RunPopulationApi(APIView):
-    @extend_schema(
-        responses=PopulationOutputSerializer,
-        operation_id="runs_population",
-        description="Every population snapshot, column-wise: one array per snapshot field and, per instruction, "
-        "one array per statistic over the snapshots from its first membership to its last. A finished, failed or "
-        "cancelled run's answer is cached until the run changes.",
-    )
-    def get(self, request: Request, run_id: str) -> HttpResponse:
-        user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return cached_json(
-            selectors.run_cache_key(run=run, name="population"),
-            lambda: selectors.run_population_columns(run=run),
-        )
-
-
-class RunLineageApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="runs_lineage", description="Nodes, edges and rounds.")
-    def get(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return Response(selectors.run_lineage(run=run))
-
-
-class RunEvaluationsApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="runs_evaluations", description="Results and a table.")
-    def get(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return Response(selectors.run_evaluations(run=run))
-
-
-class RunTrajectoriesApi(APIView):
-    class TrajectoryFilter(serializers.Serializer[Any]):
-        step = serializers.IntegerField(required=False, min_value=0, max_value=10_000_000)
-
-    @extend_schema(parameters=[TrajectoryFilter], responses=_ANY_OBJECT, operation_id="runs_trajectories")
-    def get(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        filters = self.TrajectoryFilter(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return Response(selectors.run_trajectories(run=run, step=filters.validated_data.get("step")))
-
-
-class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
-    class Meta:
-        model = Checkpoint
-        fields = ("id", "step", "bytes", "archive_bytes", "sha256", "files", "available", "created_at")
-        read_only_fields = fields
-
-
-class RunCheckpointsApi(APIView):
-    @extend_schema(responses=CheckpointOutputSerializer(many=True), operation_id="runs_checkpoints")
-    def get(self, request: Request, run_id: str) -> Response:
-        user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
-        return Response(CheckpointOutputSerializer(selectors.checkpoint_list(run=run), many=True).data)
-
-
 # -- downloads ---------------------------------------------------------------------------------------------------
 
 
@@ -359,14 +401,25 @@ def _attachment(response: HttpResponse | StreamingHttpResponse, filename: str) -
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
 
 
+NO_INSTRUCTIONS = "the run has no instructions yet"
+
+
 class BestInstructionTextApi(APIView):
-    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR}, operation_id="runs_best_instruction_text")
+    @extend_schema(
+        responses={
+            (200, "text/plain"): OpenApiTypes.STR,
+            (404, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description=f"{NO_INSTRUCTIONS}."),
+            **error_responses(404),
+        },
+        operation_id="runs_best_instruction_text",
+        description="The best instruction's text, as a file.",
+    )
     def get(self, request: Request, run_id: str) -> HttpResponse:
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
         best = selectors.best_instruction(run=run)
         if best is None:
-            return HttpResponse("the run has no instructions yet\n", status=404, content_type="text/plain")
+            return HttpResponse(f"{NO_INSTRUCTIONS}\n", status=404, content_type="text/plain")
         response = HttpResponse(best["text"] + "\n", content_type="text/plain; charset=utf-8")
         _attachment(response, f"best-instruction-{run.pk}.txt")
         return response
@@ -374,43 +427,47 @@ class BestInstructionTextApi(APIView):
 
 class BestInstructionApi(APIView):
     @extend_schema(
-        responses=inline_serializer(
-            "BestInstruction",
-            {
-                "run": serializers.DictField(),
-                "instruction": serializers.DictField(),
-                "config": serializers.DictField(),
-            },
-        ),
+        responses={200: BestInstructionOutputSerializer, **error_responses(404)},
         operation_id="runs_best_instruction",
+        description="The best instruction with its weight and lineage back to the seed, and the run's config; 404 "
+        "also while the run has no instructions.",
     )
     def get(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
         best = selectors.best_instruction(run=run)
         if best is None:
-            return Response({"detail": "the run has no instructions yet"}, status=404)
+            return Response({"detail": NO_INSTRUCTIONS}, status=404)
         body = {
             "run": {"id": str(run.pk), "name": run.name, "status": run.status, "step": run.step},
             "instruction": best,
             "config": run.config,
         }
-        return Response(body)
+        return Response(BestInstructionOutputSerializer(body).data)
 
 
 class PopulationExportApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="runs_export")
+    @extend_schema(
+        responses={200: ExportOutputSerializer, **error_responses(404)},
+        operation_id="runs_export",
+        description="The whole population with lineage, critiques and weights, the row-wise population history and "
+        "the config, as one JSON file.",
+    )
     def get(self, request: Request, run_id: str) -> Response:
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
-        response = Response(services.instruction_export(run=run, user=user))
+        response = Response(ExportOutputSerializer(services.instruction_export(run=run, user=user)).data)
         _attachment(response, f"population-{run.pk}.json")
         return response
 
 
 class CheckpointArchiveApi(APIView):
     @extend_schema(
-        responses={(200, "application/x-tar"): OpenApiTypes.BINARY, (206, "application/x-tar"): OpenApiTypes.BINARY},
+        responses={
+            (200, "application/x-tar"): OpenApiTypes.BINARY,
+            (206, "application/x-tar"): OpenApiTypes.BINARY,
+            **error_responses(404, 409, 410, 416),
+        },
         operation_id="runs_checkpoint_archive",
         description="The checkpoint's Hugging Face directory as an uncompressed tar; its sha256 is the "
         "checkpoint's `sha256`. Built once on the first download, then sent as a file: `Range` requests resume.",
@@ -444,7 +501,14 @@ class CompareApi(APIView):
             help_text="Run ids: repeat the parameter (runs=a&runs=b) or separate them with commas.",
         )
         baseline = serializers.UUIDField(required=False, help_text="One of `runs`: deltas are against it.")
-        metric = serializers.CharField(max_length=32, default="em", help_text="The benchmark metric (em or f1).")
+        metric = serializers.ChoiceField(
+            choices=selectors.BENCHMARK_METRICS,
+            default="em",
+            help_text="The benchmark metric of the table.",
+            error_messages={
+                "invalid_choice": f"unknown metric {{input!r}}; choose one of {', '.join(selectors.BENCHMARK_METRICS)}"
+            },
+        )
 
         def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
             if "baseline" in attrs and attrs["baseline"] not in attrs["runs"]:
@@ -453,27 +517,29 @@ class CompareApi(APIView):
 
     @extend_schema(
         parameters=[CompareInput],
-        responses=_ANY_OBJECT,
+        responses={200: ComparisonOutputSerializer, **error_responses(400, 404)},
         operation_id="runs_compare",
         description="Fig. 2 series, the benchmark table (best per column), the differing config fields and deltas "
         "against a baseline, for up to 12 runs.",
     )
     def get(self, request: Request) -> Response:
         user = acting_user(request)
-        ids = [part for value in request.query_params.getlist("runs") for part in value.split(",") if part]
-        data = self.CompareInput(data={**request.query_params.dict(), "runs": ids})
+        query = query_once(request.query_params, many={"runs"})
+        ids = [part for value in query.get("runs", []) for part in value.split(",") if part]
+        data = self.CompareInput(data={**query, "runs": ids})
         data.is_valid(raise_exception=True)
         values = data.validated_data
         runs = selectors.runs_get(user=user, run_ids=values["runs"])
         baseline = next((run for run in runs if run.pk == values.get("baseline")), None)
-        return Response(selectors.run_compare(runs=runs, metric=values["metric"], baseline=baseline))
+        comparison = selectors.run_compare(runs=runs, metric=values["metric"], baseline=baseline)
+        return Response(ComparisonOutputSerializer(comparison).data)
 
 
 class PingApi(APIView):
     """A trivial authenticated endpoint: health checks, and the baseline of bench/api.py."""
 
     @extend_schema(
-        responses=inline_serializer("Ping", {"ok": serializers.BooleanField()}),
+        responses={200: inline_serializer("Ping", {"ok": serializers.BooleanField()}), **error_responses()},
         operation_id="ping",
     )
     def get(self, request: Request) -> Response:
@@ -485,6 +551,11 @@ class PingApi(APIView):
 
 
 class PresetListApi(APIView):
-    @extend_schema(responses=_ANY_OBJECT, operation_id="presets_list")
+    @extend_schema(
+        responses={200: PresetsOutputSerializer, **error_responses()},
+        operation_id="presets_list",
+        description="Every preset's whole config, by name.",
+    )
     def get(self, request: Request) -> Response:
-        return Response({name: config_compose(preset=name).to_dict() for name in PRESET_NAMES})
+        presets = {name: config_compose(preset=name).to_dict() for name in PRESET_NAMES}
+        return Response(PresetsOutputSerializer(presets).data)

@@ -3,8 +3,10 @@ evaluations, trajectories and checkpoints shaped for charts. Functions taking `r
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -15,6 +17,7 @@ from django.http import Http404
 
 from webapp.accounts.permissions import AnyUser
 
+from .configs import PRESET_NAMES, config_compose
 from .models import (
     Checkpoint,
     Evaluation,
@@ -46,6 +49,8 @@ SERIES_FIELDS = (
 RUN_ORDERINGS = ("created_at", "-created_at", "name", "-name", "status", "-status", "step", "-step")
 COMPARE_SERIES = ("reward_mean", "tool_calls_mean", "response_length_mean", "instruction_length_mean")
 MAX_COMPARED_RUNS = 12
+BENCHMARK_METRICS = ("em", "f1")
+"""The metrics stored per benchmark: training evaluations store em, requested evaluations em and f1."""
 
 
 def run_list(
@@ -386,16 +391,25 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def config_diff(runs: list[Run]) -> list[dict[str, Any]]:
-    """The config fields whose values are not the same in every run, in field order; a field a run lacks is None."""
-    flat = {str(run.pk): _flatten(run.config) for run in runs}
+def config_diff(configs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The fields whose values are not the same in every one of the labelled configs, in field order: per field its
+    value in each config, under the config's label (a run's id, `preset`); a field a config lacks is None."""
+    flat = {label: _flatten(dict(config)) for label, config in configs.items()}
     fields = sorted({name for values in flat.values() for name in values})
     diff = []
     for name in fields:
-        values = {run_id: config.get(name) for run_id, config in flat.items()}
-        if len({repr(v) for v in values.values()}) > 1:
+        values = {label: config.get(name) for label, config in flat.items()}
+        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:  # by content, in any key order
             diff.append({"field": name, "values": values})
     return diff
+
+
+def run_preset_diff(*, run: Run) -> list[dict[str, Any]] | None:
+    """What the run's config changed from its preset's (see `config_diff`, labelled `preset` and `run`); None when
+    the run names no preset this version knows."""
+    if run.preset not in PRESET_NAMES:
+        return None
+    return config_diff({"preset": config_compose(preset=run.preset).to_dict(), "run": run.config})
 
 
 def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
@@ -480,7 +494,7 @@ def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = N
         ],
         "series": series,
         "benchmarks": table,
-        "config_diff": config_diff(runs),
+        "config_diff": config_diff({str(run.pk): run.config for run in runs}),
         "baseline": baseline_id,
         "deltas": benchmark_deltas(table, baseline=baseline_id) if baseline_id else {},
     }

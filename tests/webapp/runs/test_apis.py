@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
+from inspo_engine.config import preset
 from tests.factories import CheckpointFactory, MembershipFactory, RunFactory
 from webapp.runs.models import Run
 
@@ -97,6 +98,35 @@ def test_list_shows_only_my_teams_runs_with_filters_and_pages(alice, mia, alice_
     page = client.get(RUNS, {"page_size": 2}).json()
     assert len(page["results"]) == 2 and page["next"] and page["previous"] is None
     assert client.get(RUNS, {"status": "exploded"}).status_code == 400
+    assert client.get(RUNS, {"page": 99}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("page=", "page"),
+        ("page=0", "page"),
+        ("page_size=0", "page_size"),
+        ("page_size=201", "page_size"),
+        ("status=running&status=failed", "status"),
+    ],
+)
+def test_a_bad_page_or_a_repeated_filter_is_a_400_naming_it(alice, api, query, field):
+    response = api(alice).get(f"{RUNS}?{query}")
+    assert response.status_code == 400 and field in response.json()
+
+
+def test_retrieve_shows_what_the_config_changed_from_its_preset(alice, alice_team, bob, api):
+    run = RunFactory(
+        team=alice_team, preset="smoke", config=preset("smoke").with_overrides({"grpo.lr": 2e-6}).to_dict()
+    )
+    body = api(alice).get(f"{RUNS}{run.pk}/").json()
+    assert body["preset_diff"] == [{"field": "grpo.lr", "values": {"preset": preset("smoke").grpo.lr, "run": 2e-6}}]
+    unchanged = RunFactory(team=alice_team, preset="smoke")
+    assert api(alice).get(f"{RUNS}{unchanged.pk}/").json()["preset_diff"] == []
+    custom = RunFactory(team=alice_team, preset="")
+    assert api(alice).get(f"{RUNS}{custom.pk}/").json()["preset_diff"] is None
+    assert api(bob).get(f"{RUNS}{run.pk}/").status_code == 404
 
 
 def test_retrieve_shows_progress_and_the_config(alice, alice_team, api):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.factories import EvaluationFactory, RunFactory, StepMetricFactory
+from webapp.runs import selectors
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +79,25 @@ def test_metric_choice_and_comma_separated_ids(alice, api, static, online):
     table = response.json()["benchmarks"]
     assert table["columns"] == ["hotpotqa"] and table["best"] == {}  # one run has f1: nothing to be better than
     assert response.json()["deltas"] == {}
+
+
+def test_an_unknown_metric_is_refused_naming_the_metrics_there_are(alice, api, static, online):
+    response = compare(api(alice), static, online, metric="zz")
+    assert response.status_code == 400
+    assert response.json() == {"metric": ["unknown metric 'zz'; choose one of em, f1"]}
+
+
+def test_a_parameter_that_takes_one_value_given_twice_is_refused(alice, api, static, online):
+    response = api(alice).get(f"/api/v1/compare/?runs={static.pk}&runs={online.pk}&metric=em&metric=f1")
+    assert response.status_code == 400 and response.json() == {"metric": ["give this parameter once"]}
+
+
+def test_config_diff_compares_values_by_content_in_any_key_order():
+    configs = {"x": {"o": [{"a": 1, "b": 2}], "l": [1, 2]}, "y": {"o": [{"b": 2, "a": 1}], "l": [2, 1]}}
+    assert selectors.config_diff(configs) == [{"field": "l", "values": {"x": [1, 2], "y": [2, 1]}}]
+    assert selectors.config_diff({"x": {"a": 1}, "y": {"a": 1, "b": {"c": 2}}}) == [
+        {"field": "b.c", "values": {"x": None, "y": 2}}
+    ]
 
 
 def test_a_run_without_steps_or_evaluations_compares_empty(alice, alice_team, api, static):

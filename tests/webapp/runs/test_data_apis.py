@@ -10,7 +10,9 @@ import json
 import tarfile
 
 import pytest
+from rest_framework.renderers import JSONRenderer
 
+from webapp.runs import selectors, services
 from webapp.runs.models import Checkpoint, Instruction, PopulationSnapshot, StepMetric
 
 pytestmark = pytest.mark.django_db
@@ -129,3 +131,30 @@ def test_a_run_without_instructions_has_no_best_instruction_yet(alice, alice_tea
     assert client.get(f"/api/v1/runs/{run.pk}/best-instruction/").status_code == 404
     assert client.get(f"/api/v1/runs/{run.pk}/best-instruction.txt").status_code == 404
     assert client.get(f"/api/v1/runs/{run.pk}/metrics/").json()["step"] == []
+
+
+@pytest.mark.parametrize(
+    ("tail", "read"),
+    [
+        ("metrics/", lambda run: selectors.run_metric_series(run=run)),
+        ("population/", lambda run: selectors.run_population_columns(run=run)),
+        ("lineage/", lambda run: selectors.run_lineage(run=run)),
+        ("evaluations/", lambda run: selectors.run_evaluations(run=run)),
+        ("trajectories/", lambda run: selectors.run_trajectories(run=run)),
+        ("export/", lambda run: services.instruction_export(run=run, user=run.creator)),
+    ],
+)
+def test_the_output_serializers_send_what_the_selectors_read_unchanged(client, scripted_run, tail, read):
+    """The views send the selectors' answers through their output serializers: nothing is lost or changed."""
+    expected = json.loads(JSONRenderer().render(read(scripted_run)))
+    assert get(client, scripted_run, tail).json() == expected
+
+
+def test_the_comparison_is_sent_unchanged(client, scripted_run, alice_team):
+    from tests.factories import RunFactory
+
+    other = RunFactory(team=alice_team)
+    runs = [scripted_run, other]
+    expected = json.loads(JSONRenderer().render(selectors.run_compare(runs=runs, metric="em", baseline=other)))
+    response = client.get("/api/v1/compare/", {"runs": f"{scripted_run.pk},{other.pk}", "baseline": str(other.pk)})
+    assert response.json() == expected and expected["benchmarks"]["rows"][0]["values"]

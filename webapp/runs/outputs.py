@@ -1,0 +1,384 @@
+"""Output serializers of the runs API: the shapes of what its views send, as the OpenAPI schema documents them and
+frontend/src/types.ts declares them (a test holds the two to the same fields). The dict-shaped answers of the
+selectors pass through these on their way out; the population history's columns are the one exception (see
+`PopulationOutputSerializer`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from webapp.accounts.models import Team, User
+
+from .configs import PRESET_NAMES
+from .models import Checkpoint, EvaluationRequest, Run
+from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, SERIES_FIELDS, run_preset_diff
+
+ConfigOutput = serializers.DictField
+"""A whole engine config (inspo_engine.config.RunConfig.to_dict()): sections of fields."""
+
+
+def _column(child: serializers.Field[Any, Any, Any, Any], help_text: str) -> serializers.ListField:
+    return serializers.ListField(child=child, help_text=help_text)
+
+
+# -- runs ----------------------------------------------------------------------------------------------------------
+
+
+class RunOutputSerializer(serializers.ModelSerializer[Run]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    creator: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    tags = serializers.SerializerMethodField()
+    progress = serializers.FloatField()
+    queue = serializers.CharField()
+    config = ConfigOutput()
+    best_instruction_id = serializers.SerializerMethodField()
+    cloned_from: serializers.PrimaryKeyRelatedField[Run] = serializers.PrimaryKeyRelatedField(
+        read_only=True, allow_null=True
+    )
+
+    class Meta:
+        model = Run
+        fields: tuple[str, ...] = (
+            "id",
+            "team",
+            "creator",
+            "name",
+            "tags",
+            "status",
+            "backend",
+            "queue",
+            "preset",
+            "seed",
+            "config",
+            "created_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "step",
+            "total_steps",
+            "progress",
+            "error",
+            "attempts",
+            "best_instruction_id",
+            "cloned_from",
+        )
+        read_only_fields = fields
+
+    def get_tags(self, run: Run) -> list[str]:
+        return sorted(tag.name for tag in run.tags.all())
+
+    def get_best_instruction_id(self, run: Run) -> str | None:
+        return run.best_instruction.key if run.best_instruction else None
+
+
+class ConfigDiffOutputSerializer(serializers.Serializer[Any]):
+    field = serializers.CharField(help_text="A dotted config field, e.g. `grpo.lr`.")
+    values = serializers.DictField(
+        child=serializers.JSONField(allow_null=True),
+        help_text="Its value in each config, by the config's label (a run's id; `preset` and `run`); null where a "
+        "config lacks the field.",
+    )
+
+
+class RunDetailOutputSerializer(RunOutputSerializer):
+    preset_diff = serializers.SerializerMethodField(
+        help_text="The fields whose value differs from the run's preset, labelled `preset` and `run`; null when the "
+        "run names no known preset."
+    )
+
+    class Meta(RunOutputSerializer.Meta):
+        fields = (*RunOutputSerializer.Meta.fields, "preset_diff")
+        read_only_fields = fields
+
+    @extend_schema_field(ConfigDiffOutputSerializer(many=True, allow_null=True))
+    def get_preset_diff(self, run: Run) -> Any:
+        diff = run_preset_diff(run=run)
+        return None if diff is None else ConfigDiffOutputSerializer(diff, many=True).data
+
+
+class EvaluationRequestOutputSerializer(serializers.ModelSerializer[EvaluationRequest]):
+    checkpoint_step = serializers.IntegerField(source="checkpoint.step")
+
+    class Meta:
+        model = EvaluationRequest
+        fields = ("id", "checkpoint", "checkpoint_step", "benchmarks", "limit", "status", "error", "created_at")
+        read_only_fields = fields
+
+
+class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
+    class Meta:
+        model = Checkpoint
+        fields = ("id", "step", "bytes", "archive_bytes", "sha256", "files", "available", "created_at")
+        read_only_fields = fields
+
+
+class RunSummaryOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=Run.Status.choices)
+    step = serializers.IntegerField()
+
+
+# -- a run's data for charts ------------------------------------------------------------------------------------
+
+
+class MetricSeriesOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_metric_series`: one array per metric, one value per stored step."""
+
+    step = _column(serializers.IntegerField(), "The stored steps, ascending.")
+    phase = _column(serializers.CharField(), "The phase of each step: train or optimise.")
+    timings = serializers.DictField(
+        child=serializers.ListField(child=serializers.FloatField(allow_null=True)),
+        help_text="Seconds per stage of each step, by stage; null where a step has no such stage.",
+    )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        for name in SERIES_FIELDS:
+            fields[name] = _column(serializers.FloatField(allow_null=True), "Its value at each step; null: none.")
+        return fields
+
+
+class PopulationOutputSerializer(serializers.Serializer[Any]):
+    """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
+    and per instruction its statistics as arrays over the snapshots it spans. It documents the answer in the schema;
+    the view sends the selector's columns as they are, because passing thousands of numbers through a field each
+    costs more than reading them (tests check that this serializer reproduces them unchanged)."""
+
+    class Snapshots(serializers.Serializer[Any]):
+        step = _column(serializers.IntegerField(), "The step of each snapshot, ascending.")
+        reason = _column(serializers.CharField(), "Why it was taken: initialised, step, pruned, evolved, …")
+        best_id = _column(serializers.CharField(allow_null=True), "The best instruction at that snapshot.")
+        time = _column(serializers.DateTimeField(), "When it was taken.")
+
+    class InstructionColumns(serializers.Serializer[Any]):
+        id = serializers.CharField()
+        start = serializers.IntegerField(
+            help_text="Index of the first snapshot it is a member of: element i of each array below belongs to "
+            "snapshot start + i. The arrays end at its last membership."
+        )
+        weight = _column(serializers.FloatField(allow_null=True), "Its weight; null where it was not a member.")
+        probability = _column(serializers.FloatField(allow_null=True), "Its sampling probability.")
+        samples = _column(serializers.IntegerField(allow_null=True), "Rollouts that used it so far.")
+        mean_reward = _column(serializers.FloatField(allow_null=True), "Their mean reward.")
+
+    snapshots = Snapshots()
+    instructions = InstructionColumns(many=True, help_text="In order of first membership.")
+
+
+class LineageNodeOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField(help_text="The engine's id, e.g. ins-0003.")
+    text = serializers.CharField()
+    origin = serializers.CharField(help_text="seed, paraphrase, reflection, history, …")
+    parent_id = serializers.CharField(allow_null=True)
+    birth_step = serializers.IntegerField()
+    verify_score = serializers.FloatField(allow_null=True)
+    round_id = serializers.CharField(allow_null=True, help_text="The optimizer round that proposed it.")
+    critique = serializers.CharField(allow_null=True, help_text="That round's critique.")
+    retired_step = serializers.IntegerField(allow_null=True, help_text="When it was pruned; null while alive.")
+    retired_reason = serializers.CharField(allow_null=True)
+
+
+class FailureOutputSerializer(serializers.Serializer[Any]):
+    """A failed trajectory the optimizer was shown."""
+
+    question = serializers.CharField(required=False)
+    response = serializers.CharField(required=False)
+    golden_answers = serializers.ListField(child=serializers.CharField(), required=False)
+    reward = serializers.FloatField(required=False)
+
+
+class CandidateOutputSerializer(serializers.Serializer[Any]):
+    text = serializers.CharField()
+    valid = serializers.BooleanField()
+    score = serializers.FloatField(allow_null=True)
+    accepted = serializers.BooleanField()
+    reason = serializers.CharField(allow_null=True)
+    instruction_id = serializers.CharField(allow_null=True, help_text="The instruction it became, if accepted.")
+
+
+class RoundOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    step = serializers.IntegerField()
+    round = serializers.IntegerField()
+    proposer = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True)
+    critique = serializers.CharField(allow_blank=True)
+    failures = FailureOutputSerializer(many=True)
+    optimizer_model = serializers.CharField(allow_blank=True)
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost_usd = serializers.FloatField(allow_null=True, help_text="At INSPO_OPTIMIZER_PRICES; null: no price.")
+    parent_score = serializers.FloatField(allow_null=True)
+    n_questions = serializers.IntegerField(allow_null=True)
+    candidates = CandidateOutputSerializer(many=True)
+
+
+class EdgeOutputSerializer(serializers.Serializer[Any]):
+    # The metaclass takes declared fields off the class, so this one may share its name with Field.source.
+    source = serializers.CharField(help_text="The parent's id.")  # type: ignore[assignment]
+    target = serializers.CharField(help_text="The child's id.")
+
+
+class LineageOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_lineage`."""
+
+    nodes = LineageNodeOutputSerializer(many=True)
+    edges = EdgeOutputSerializer(many=True)
+    rounds = RoundOutputSerializer(many=True)
+
+
+class EvaluationResultOutputSerializer(serializers.Serializer[Any]):
+    step = serializers.IntegerField()
+    benchmark = serializers.CharField()
+    metric = serializers.CharField()
+    value = serializers.FloatField()
+    n = serializers.IntegerField()
+    instruction_id = serializers.CharField(allow_null=True)
+    checkpoint_step = serializers.IntegerField(allow_null=True)
+    source = serializers.ChoiceField(choices=["training", "requested"])  # type: ignore[assignment]  # as Edge's
+
+
+class EvaluationsOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_evaluations`."""
+
+    results = EvaluationResultOutputSerializer(many=True)
+    table = serializers.DictField(
+        child=serializers.DictField(child=serializers.FloatField()),
+        help_text="The newest value per benchmark and metric: {benchmark: {metric: value}}.",
+    )
+
+
+class TrajectoryOutputSerializer(serializers.Serializer[Any]):
+    instruction_id = serializers.CharField(allow_null=True)
+    question = serializers.CharField(allow_blank=True)
+    golden_answers = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    response = serializers.CharField(allow_blank=True)
+    answer = serializers.CharField(allow_null=True, allow_blank=True)
+    reward = serializers.FloatField()
+    tool_calls = serializers.IntegerField()
+    response_tokens = serializers.IntegerField()
+    error = serializers.CharField(allow_null=True)
+
+
+class TrajectoryPageOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_trajectories`."""
+
+    step = serializers.IntegerField(allow_null=True, help_text="null: the run has no trajectories yet.")
+    trajectories = TrajectoryOutputSerializer(many=True)
+
+
+# -- downloads ---------------------------------------------------------------------------------------------------
+
+
+class BestInstructionDetailOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    text = serializers.CharField()
+    origin = serializers.CharField()
+    birth_step = serializers.IntegerField()
+    weight = serializers.FloatField(allow_null=True)
+    verify_score = serializers.FloatField(allow_null=True)
+    lineage = LineageNodeOutputSerializer(many=True, help_text="It, its parent, … back to the seed.")
+
+
+class BestInstructionOutputSerializer(serializers.Serializer[Any]):
+    run = RunSummaryOutputSerializer()
+    instruction = BestInstructionDetailOutputSerializer()
+    config = ConfigOutput()
+
+
+class MemberOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    weight = serializers.FloatField()
+    probability = serializers.FloatField()
+    samples = serializers.IntegerField()
+    mean_reward = serializers.FloatField(allow_null=True)
+
+
+class SnapshotOutputSerializer(serializers.Serializer[Any]):
+    step = serializers.IntegerField()
+    reason = serializers.CharField()
+    best_id = serializers.CharField(allow_null=True)
+    time = serializers.DateTimeField()
+    members = MemberOutputSerializer(many=True)
+
+
+class ExportOutputSerializer(serializers.Serializer[Any]):
+    """`services.instruction_export`: the whole population with lineage, critiques and weights, row-wise."""
+
+    run = RunSummaryOutputSerializer()
+    config = ConfigOutput()
+    best_instruction_id = serializers.CharField(allow_null=True)
+    instructions = LineageNodeOutputSerializer(many=True)
+    edges = EdgeOutputSerializer(many=True)
+    rounds = RoundOutputSerializer(many=True)
+    population_history = SnapshotOutputSerializer(many=True)
+
+
+# -- comparing runs ----------------------------------------------------------------------------------------------
+
+
+class CompareRunOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.UUIDField()
+    name = serializers.CharField()
+    status = serializers.ChoiceField(choices=Run.Status.choices)
+    preset = serializers.CharField(allow_blank=True)
+    backend = serializers.CharField()
+    step = serializers.IntegerField()
+    total_steps = serializers.IntegerField()
+    tags = serializers.ListField(child=serializers.CharField())
+
+
+class CompareSeriesOutputSerializer(serializers.Serializer[Any]):
+    """Fig. 2's series of one run, one value per stored step."""
+
+    step = _column(serializers.IntegerField(), "The stored steps, ascending.")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        for name in COMPARE_SERIES:
+            fields[name] = _column(serializers.FloatField(allow_null=True), "Its value at each step.")
+        return fields
+
+
+class BenchmarkRowOutputSerializer(serializers.Serializer[Any]):
+    run_id = serializers.UUIDField()
+    values = serializers.DictField(child=serializers.FloatField(), help_text="The newest value per benchmark.")
+    average = serializers.FloatField(allow_null=True, help_text="Over the run's benchmarks; null: none.")
+
+
+class BenchmarkTableOutputSerializer(serializers.Serializer[Any]):
+    metric = serializers.ChoiceField(choices=BENCHMARK_METRICS)
+    columns = serializers.ListField(child=serializers.CharField(), help_text="Every benchmark any run has.")
+    rows = BenchmarkRowOutputSerializer(many=True, help_text="One per run, in the order asked.")
+    best = serializers.DictField(
+        child=serializers.ListField(child=serializers.UUIDField()),
+        help_text="Per column (and `average`) the runs tied for its highest value; a column where no run is ahead "
+        "of another is left out.",
+    )
+
+
+class ComparisonOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_compare`."""
+
+    runs = CompareRunOutputSerializer(many=True)
+    series = serializers.DictField(child=CompareSeriesOutputSerializer(), help_text="By run id.")
+    benchmarks = BenchmarkTableOutputSerializer()
+    config_diff = ConfigDiffOutputSerializer(many=True, help_text="The fields that differ, labelled by run id.")
+    baseline = serializers.UUIDField(allow_null=True)
+    deltas = serializers.DictField(
+        child=serializers.DictField(child=serializers.FloatField()),
+        help_text="Per other run, its value minus the baseline's per column both have (and the average).",
+    )
+
+
+class PresetsOutputSerializer(serializers.Serializer[Any]):
+    """Every preset's whole config, by preset name."""
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {name: ConfigOutput() for name in PRESET_NAMES}
