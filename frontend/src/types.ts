@@ -1,9 +1,12 @@
-/** The JSON shapes the pages read from /api/v1/ (see webapp/runs/selectors.py and apis.py). */
+/** The JSON shapes the pages read from /api/v1/: each interface has the fields of its output serializer in
+ * webapp/runs/outputs.py, as the OpenAPI schema documents them (tests/webapp/test_api_types.py holds the two to the
+ * same fields). */
 
 export type RunStatus = "queued" | "running" | "cancelling" | "finished" | "cancelled" | "failed";
 
 export const ACTIVE_STATUSES: readonly RunStatus[] = ["queued", "running", "cancelling"];
 
+/** RunOutputSerializer. */
 export interface Run {
   id: string;
   team: string;
@@ -12,16 +15,34 @@ export interface Run {
   tags: string[];
   status: RunStatus;
   backend: string;
+  queue: string;
   preset: string;
+  seed: number;
   config: Record<string, unknown>;
   created_at: string;
   started_at: string | null;
   finished_at: string | null;
+  heartbeat_at: string | null;
   step: number;
   total_steps: number;
   progress: number;
   error: string;
+  attempts: number;
   best_instruction_id: string | null;
+  cloned_from: string | null;
+}
+
+/** One config field whose value differs between configs: its value in each, by the config's label (a run's id in a
+ * comparison; `preset` and `run` in a run's `preset_diff`), null where a config lacks it. */
+export interface ConfigDiff {
+  field: string;
+  values: Record<string, unknown>;
+}
+
+/** RunDetailOutputSerializer: `GET runs/<id>/`. */
+export interface RunDetail extends Run {
+  /** What the config changed from its preset; null when the run names no known preset. */
+  preset_diff: ConfigDiff[] | null;
 }
 
 export interface Page<T> {
@@ -31,14 +52,27 @@ export interface Page<T> {
   results: T[];
 }
 
-export interface MetricSeries {
+/** Fig. 2's series of a run, one value per stored step (CompareSeriesOutputSerializer). */
+export interface CompareSeries {
   step: number[];
   reward_mean: (number | null)[];
   tool_calls_mean: (number | null)[];
   instruction_length_mean: (number | null)[];
   response_length_mean: (number | null)[];
-  timings?: Record<string, (number | null)[]>;
-  [name: string]: unknown;
+}
+
+/** Every metric of a run, one value per stored step (MetricSeriesOutputSerializer). */
+export interface MetricSeries extends CompareSeries {
+  phase: string[];
+  reward_std: (number | null)[];
+  kl: (number | null)[];
+  entropy: (number | null)[];
+  clip_fraction: (number | null)[];
+  lr: (number | null)[];
+  grad_norm: (number | null)[];
+  pg_loss: (number | null)[];
+  /** Seconds per stage of each step, by stage. */
+  timings: Record<string, (number | null)[]>;
 }
 
 /** One instruction's statistics over the snapshots it spans: element i belongs to snapshot `start + i`; null where it
@@ -119,9 +153,15 @@ export interface Round {
   candidates: Candidate[];
 }
 
+/** Parent → child. */
+export interface Edge {
+  source: string;
+  target: string;
+}
+
 export interface Lineage {
   nodes: LineageNode[];
-  edges: { source: string; target: string }[];
+  edges: Edge[];
   rounds: Round[];
 }
 
@@ -155,21 +195,48 @@ export interface CompareRun {
 
 export interface BenchmarkRow {
   run_id: string;
-  values: Record<string, number | null>;
+  values: Record<string, number>;
   average: number | null;
+}
+
+export interface BenchmarkTable {
+  metric: string;
+  columns: string[];
+  rows: BenchmarkRow[];
+  /** Per column the runs tied for its highest value; a column where no run is ahead of another is left out. */
+  best: Record<string, string[]>;
 }
 
 export interface Comparison {
   runs: CompareRun[];
-  series: Record<string, MetricSeries>;
-  benchmarks: {
-    metric: string;
-    columns: string[];
-    rows: BenchmarkRow[];
-    /** Per column the runs tied for its highest value; a column where no run is ahead of another is left out. */
-    best: Record<string, string[]>;
-  };
-  config_diff: { field: string; values: Record<string, unknown> }[];
+  series: Record<string, CompareSeries>;
+  benchmarks: BenchmarkTable;
+  config_diff: ConfigDiff[];
   baseline: string | null;
-  deltas: Record<string, Record<string, number | null>>;
+  deltas: Record<string, Record<string, number>>;
+}
+
+export interface RunSummary {
+  id: string;
+  name: string;
+  status: RunStatus;
+  step: number;
+}
+
+export interface BestInstructionDetail {
+  id: string;
+  text: string;
+  origin: string;
+  birth_step: number;
+  weight: number | null;
+  verify_score: number | null;
+  /** It, its parent, … back to the seed. */
+  lineage: LineageNode[];
+}
+
+/** `GET runs/<id>/best-instruction/`. */
+export interface BestInstruction {
+  run: RunSummary;
+  instruction: BestInstructionDetail;
+  config: Record<string, unknown>;
 }

@@ -7,7 +7,7 @@ import { byTestId, fill, formatNumber, h } from "../dom";
 import { benchmarkTable, formatDelta, type BenchmarkTable } from "../transforms/benchmarks";
 import { formatValue } from "../transforms/configDiff";
 import { ema, points } from "../transforms/smoothing";
-import type { Comparison, CompareRun, MetricSeries, Page, Run } from "../types";
+import type { Comparison, CompareRun, CompareSeries, Page, Run } from "../types";
 
 export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   const chosen = JSON.parse(document.getElementById("compare-selection")?.textContent ?? "[]") as string[];
@@ -120,7 +120,7 @@ function fillBaselineChoices(
 function drawPanels(charts: Map<PanelKey, Chart>, comparison: Comparison, smoothing: number): void {
   for (const { key, title } of PANELS) {
     const series = comparison.runs.flatMap((run, i) => {
-      const data: MetricSeries | undefined = comparison.series[run.id];
+      const data: CompareSeries | undefined = comparison.series[run.id];
       if (!data) return [];
       const color = colorAt(i);
       const single = data.step.length === 1;

@@ -3,17 +3,24 @@
 
 import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
-import { configDiff, formatValue } from "../transforms/configDiff";
+import { formatValue } from "../transforms/configDiff";
 import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
 import { evolutionMarkers, lastPerStep, membersAt, populationShares } from "../transforms/population";
-import { ACTIVE_STATUSES, type Lineage, type MetricSeries, type PopulationHistory, type Run } from "../types";
+import {
+  ACTIVE_STATUSES,
+  type BestInstruction,
+  type Lineage,
+  type MetricSeries,
+  type PopulationHistory,
+  type RunDetail,
+} from "../types";
 import { RunCharts, type ShareMode } from "./runCharts";
 
 /** Often enough to feel live, rare enough that a dozen open tabs do not load the server. */
 const POLL_MS = 4000;
 
 interface RunData {
-  run: Run;
+  run: RunDetail;
   metrics: MetricSeries;
   population: PopulationHistory;
   lineage: Lineage;
@@ -24,9 +31,9 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   const charts = new RunCharts(root);
   const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
   const shareMode = byTestId<HTMLSelectElement>(root, "share-mode");
-  const load = async (run?: Run): Promise<RunData> => {
+  const load = async (run?: RunDetail): Promise<RunData> => {
     const [current, metrics, population, lineage] = await Promise.all([
-      run ?? api.get<Run>(`runs/${runId}/`),
+      run ?? api.get<RunDetail>(`runs/${runId}/`),
       api.get<MetricSeries>(`runs/${runId}/metrics/`),
       api.get<PopulationHistory>(`runs/${runId}/population/`),
       api.get<Lineage>(`runs/${runId}/lineage/`),
@@ -61,13 +68,13 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   });
   shareMode.addEventListener("change", draw);
   refresh();
-  void renderPresetChanges(root, api, data.run);
+  renderPresetChanges(root, data.run);
 
   if (!isActive(data.run)) return;
   const poll = async () => {
     if (!document.hidden) {
       try {
-        const run = await api.get<Run>(`runs/${runId}/`);
+        const run = await api.get<RunDetail>(`runs/${runId}/`);
         if (!isActive(run)) {
           // The server-rendered parts (checkpoints, evaluations, the action buttons) change at the end: reload.
           window.location.reload();
@@ -85,7 +92,7 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   window.setTimeout(poll, POLL_MS);
 }
 
-function isActive(run: Run): boolean {
+function isActive(run: RunDetail): boolean {
   return ACTIVE_STATUSES.includes(run.status);
 }
 
@@ -166,12 +173,8 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
   );
 }
 
-interface BestInstruction {
-  instruction: { id: string; text: string; origin: string; birth_step: number; weight: number | null };
-}
-
 /** Fills the best-instruction section when the run's best changes while the page is open. */
-function renderBest(root: HTMLElement, api: Api, run: Run): void {
+function renderBest(root: HTMLElement, api: Api, run: RunDetail): void {
   const section = byTestId(root, "best-instruction");
   if (!run.best_instruction_id || section.dataset.bestId === run.best_instruction_id) return;
   section.dataset.bestId = run.best_instruction_id;
@@ -187,55 +190,49 @@ function renderBest(root: HTMLElement, api: Api, run: Run): void {
     .catch((error: unknown) => showError(root, error));
 }
 
-/** What the run's config changed from its preset's, when it came from one. */
-async function renderPresetChanges(root: HTMLElement, api: Api, run: Run): Promise<void> {
+/** What the run's config changed from its preset's (the API's `preset_diff`), when it came from a known one. */
+function renderPresetChanges(root: HTMLElement, run: RunDetail): void {
   const container = byTestId(root, "config-vs-preset");
-  if (!run.preset) return;
-  try {
-    const presets = await api.get<Record<string, unknown>>("presets/");
-    if (!(run.preset in presets)) return;
-    const diff = configDiff([presets[run.preset], run.config]);
-    if (diff.length === 0) {
-      fill(container, h("p", { class: "muted", text: `The config is the “${run.preset}” preset unchanged.` }));
-      return;
-    }
-    fill(
-      container,
-      h("p", { text: `Changed from the “${run.preset}” preset:` }),
+  const diff = run.preset_diff;
+  if (diff === null) return;
+  if (diff.length === 0) {
+    fill(container, h("p", { class: "muted", text: `The config is the “${run.preset}” preset unchanged.` }));
+    return;
+  }
+  fill(
+    container,
+    h("p", { text: `Changed from the “${run.preset}” preset:` }),
+    h(
+      "div",
+      { class: "table-wrap" },
       h(
-        "div",
-        { class: "table-wrap" },
+        "table",
+        {},
         h(
-          "table",
+          "thead",
           {},
           h(
-            "thead",
+            "tr",
             {},
+            h("th", { scope: "col", text: "Field" }),
+            h("th", { scope: "col", text: "Preset" }),
+            h("th", { scope: "col", text: "This run" }),
+          ),
+        ),
+        h(
+          "tbody",
+          {},
+          ...diff.map(({ field, values }) =>
             h(
               "tr",
               {},
-              h("th", { scope: "col", text: "Field" }),
-              h("th", { scope: "col", text: "Preset" }),
-              h("th", { scope: "col", text: "This run" }),
-            ),
-          ),
-          h(
-            "tbody",
-            {},
-            ...diff.map(({ field, values }) =>
-              h(
-                "tr",
-                {},
-                h("td", {}, h("code", { text: field })),
-                h("td", { text: formatValue(values[0]) }),
-                h("td", { text: formatValue(values[1]) }),
-              ),
+              h("td", {}, h("code", { text: field })),
+              h("td", { text: formatValue(values.preset) }),
+              h("td", { text: formatValue(values.run) }),
             ),
           ),
         ),
       ),
-    );
-  } catch (error) {
-    showError(root, error);
-  }
+    ),
+  );
 }
