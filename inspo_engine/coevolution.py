@@ -36,6 +36,7 @@ from .events import (
     StageStarted,
     StepCompleted,
     TrajectoriesSampled,
+    TrajectoryRecord,
 )
 from .evolution import Evolution, Ledger
 from .optimizers.base import OptimizerBudget, OptimizerClient
@@ -347,7 +348,7 @@ class CoEvolution:
         n_log = self.config.log_trajectories
         if n_log:
             stride = max(1, len(flat) // n_log)
-            picked = [t.to_dict() for t in flat[::stride][:n_log]]
+            picked = [TrajectoryRecord(**t.to_dict()) for t in flat[::stride][:n_log]]
             self.sink.emit(TrajectoriesSampled(step=step, trajectories=picked))
 
     # -- checkpoints ---------------------------------------------------------------------------------------

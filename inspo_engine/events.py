@@ -108,12 +108,28 @@ class StepCompleted(Event):
 
 
 @dataclass(frozen=True)
+class TrajectoryRecord:
+    """One logged rollout, as the trajectory viewer shows it: `Trajectory.to_dict`'s fields."""
+
+    instruction_id: str
+    question_id: str
+    question: str
+    golden_answers: list[str]
+    response: str
+    reward: float
+    answer: str | None = None
+    tool_calls: int = 0
+    response_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class TrajectoriesSampled(Event):
     """A few rollouts of a step, for the trajectory viewer."""
 
     kind: ClassVar[str] = "trajectories_sampled"
     step: int
-    trajectories: list[dict[str, Any]]
+    trajectories: list[TrajectoryRecord]
 
 
 @dataclass(frozen=True)
@@ -268,6 +284,7 @@ _NESTED: dict[str, Callable[[Any], Any]] = {
     "members": lambda items: [MemberStats(**d) for d in items],
     "instruction": lambda d: InstructionInfo(**d),
     "candidates": lambda items: [CandidateInfo(**d) for d in items],
+    "trajectories": lambda items: [TrajectoryRecord(**d) for d in items],
 }
 
 

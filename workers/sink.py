@@ -299,15 +299,15 @@ class DatabaseSink:
                 Trajectory(
                     run_id=self.run_id,
                     step=event.step,
-                    instruction_id=self._instruction_pk(t.get("instruction_id")),
-                    question=_clean(str(t.get("question", ""))),
-                    golden_answers=_clean(list(t.get("golden_answers", []))),
-                    response=_clean(str(t.get("response", ""))),
-                    answer=_clean(t.get("answer")),
-                    reward=_finite(t.get("reward", 0.0)) or 0.0,
-                    tool_calls=int(t.get("tool_calls", 0)),
-                    response_tokens=int(t.get("response_tokens", 0)),
-                    error=_clean(t.get("error") or ""),
+                    instruction_id=self._instruction_pk(t.instruction_id),
+                    question=_clean(t.question),
+                    golden_answers=_clean(list(t.golden_answers)),
+                    response=_clean(t.response),
+                    answer=_clean(t.answer),
+                    reward=_finite(t.reward) or 0.0,
+                    tool_calls=int(t.tool_calls),
+                    response_tokens=int(t.response_tokens),
+                    error=_clean(t.error or ""),
                 )
             )
 
