@@ -9,7 +9,7 @@ import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 SCHEMA_VERSION = 1
 
@@ -28,39 +28,84 @@ Reward = Literal["em", "em_format"]
 Placement = Literal["user", "system"]
 Proposer = Literal["reflection", "paraphrase", "history"]
 WeightReset = Literal["all", "new"]
+T = TypeVar("T")
+
+
+MAX_CHECKPOINTS = 100
+"""The most checkpoints a run may keep on disk: keep_last, or with keep_last = 0 every checkpoint it writes."""
+
+BOUNDS = "inspo_bounds"
+"""The field metadata key of a number's allowed range (see `bounded`)."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A number field's allowed range: low (exclusive unless `inclusive`) up to high (inclusive); None = unbounded.
+    Every resource a run consumes (batch, memory, optimizer calls, disk) has a finite upper bound: generous, and
+    above the paper's numbers."""
+
+    low: float | None
+    high: float | None
+    inclusive: bool = True
+
+    def admits(self, value: float) -> bool:
+        too_low = self.low is not None and (value < self.low if self.inclusive else value <= self.low)
+        return not too_low and not (self.high is not None and value > self.high)
+
+    def describe(self) -> str:
+        """What validation says of a value outside, e.g. 'must be ≥ 2 and ≤ 64'.
+
+        >>> Bounds(0, 1, inclusive=False).describe()
+        'must be > 0 and ≤ 1'
+        """
+        low, high = self.low, self.high
+        left = "—" if low is None else (f"≥ {_number(low)}" if self.inclusive else f"> {_number(low)}")
+        right = "" if high is None else f" and ≤ {_number(high)}"
+        return f"must be {left}{right}"
+
+
+def _number(value: float) -> str:
+    """1000000 rather than 1e+06: a bound reads as written."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def bounded(default: T, low: float | None, high: float | None, *, inclusive: bool = True) -> T:
+    """A number field with its default and its allowed range, which `RunConfig.validate` checks."""
+    result: T = field(default=default, metadata={BOUNDS: Bounds(low, high, inclusive)})
+    return result
 
 
 @dataclass
 class GRPOConfig:
     """Policy optimisation (GRPO) and the training schedule. Defaults: the paper's App. B."""
 
-    total_steps: int = 300
+    total_steps: int = bounded(300, 1, 1_000_000)
     """T: training steps."""
-    group_size: int = 5
+    group_size: int = bounded(5, 2, 64)
     """G: rollouts per (instruction, question) pair; advantages are normalised within the group."""
-    batch_size: int = 512
+    batch_size: int = bounded(512, 1, 8192)
     """Questions per training step (each gets G rollouts)."""
-    mini_batch_size: int = 256
+    mini_batch_size: int = bounded(256, 1, 8192)
     """Questions per optimizer update; batch_size / mini_batch_size updates per step."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = bounded(64, 1, 8192)
     """Questions per forward/backward pass; gradients accumulate up to the mini-batch."""
-    lr: float = 5e-7
+    lr: float = bounded(5e-7, 0, 1, inclusive=False)
     """Learning rate (5e-7 for Qwen2.5-3B-base, 3e-7 for 7B-base)."""
-    warmup_ratio: float = 0.1
+    warmup_ratio: float = bounded(0.1, 0, 1)
     """Fraction of total_steps with linear warm-up before the cosine decay."""
-    kl_coef: float = 0.001
+    kl_coef: float = bounded(0.001, 0, 10)
     """β: weight of the low-variance (k3) KL penalty to the frozen reference policy."""
-    clip_ratio: float = 0.2
+    clip_ratio: float = bounded(0.2, 0, 1, inclusive=False)
     """ε: PPO-style clip on the token-level importance ratio."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: float = bounded(1.0, 0, 1000, inclusive=False)
     """Gradient clipping norm."""
-    sampling_temperature: float = 1.0
+    sampling_temperature: float = bounded(1.0, 0, 10, inclusive=False)
     """Policy sampling temperature during rollouts."""
-    top_p: float = 1.0
+    top_p: float = bounded(1.0, 0, 1, inclusive=False)
     """Nucleus sampling during rollouts."""
     use_lora: bool = False
     """Train LoRA adapters (peft) instead of all weights."""
-    lora_rank: int = 16
+    lora_rank: int = bounded(16, 1, 1024)
     """LoRA rank when use_lora is on."""
     drop_uniform_groups: bool = False
     """Leave out of the update every group whose G rollouts all scored the same: their advantages are all 0, so
@@ -72,17 +117,17 @@ class GRPOConfig:
 class PopulationConfig:
     """The instruction population: size, importance weights, sampling and pruning."""
 
-    population_size: int = 7
+    population_size: int = bounded(7, 1, 64)
     """N_P: the most instructions alive at once."""
-    n_parents: int = 1
+    n_parents: int = bounded(1, 1, 64)
     """N_parent: instructions kept as parents at evolution; pruning never goes below it."""
-    temperature: float = 0.2
+    temperature: float = bounded(0.2, 0, 100, inclusive=False)
     """τ_s: softmax temperature for sampling an instruction per question from its weight."""
-    weight_window: int = 5
+    weight_window: int = bounded(5, 1, 1000)
     """n: the weight is the mean of per-step mean rewards over the last n steps the instruction was used."""
     prune: bool = True
     """Successive halving on (off = the constant-population ablation)."""
-    prune_every: int = 5
+    prune_every: int = bounded(5, 1, 1_000_000)
     """K_p: prune after every K_p-th step."""
     seed_instruction: str = SEED_INSTRUCTION
     """The Search-R1-style instruction every population starts from."""
@@ -100,26 +145,26 @@ class EvolutionConfig:
     """Evolve at all (off with prune on = prune-only; the static mode turns both off)."""
     proposer: Proposer = "reflection"
     """Which proposer writes candidates: reflection (INSPO), paraphrase (APE-style), history (OPRO-style)."""
-    evolve_every: int = 15
+    evolve_every: int = bounded(15, 1, 1_000_000)
     """K_e: evolve after every K_e-th step."""
-    evolve_until: int = 150
+    evolve_until: int = bounded(150, 0, 1_000_000)
     """T_e: no evolution after this step (evolution happens at steps s ≤ T_e, i.e. 0-based t < T_e)."""
-    n_failures: int = 4
+    n_failures: int = bounded(4, 1, 64)
     """Failure trajectories shown to the optimizer per parent."""
-    n_candidates: int = 6
+    n_candidates: int = bounded(6, 1, 32)
     """N: candidates asked of the optimizer per call."""
     verify: bool = True
     """Score candidates with the current policy before they join (off = prune-and-expand ablation)."""
-    verify_samples: int = 200
+    verify_samples: int = bounded(200, 1, 100_000)
     """|D_B|: questions drawn from the replay buffer to score each candidate (G = 1)."""
-    max_verify_rounds: int = 5
+    max_verify_rounds: int = bounded(5, 1, 100)
     """At most this many generate → verify rounds per evolution."""
-    verify_min_ratio: float = 1.0
+    verify_min_ratio: float = bounded(1.0, 0, 10)
     """A candidate joins only if its verification score ≥ ratio × its parent's, both scored on the same D_B questions
     (1 = never below its parent: the paper's "low-performing candidates are rejected"; 0 = rank only)."""
     reset_weights: WeightReset = "all"
     """After evolution, reset the weights of all instructions (Algorithm 1) or only of the new ones."""
-    replay_capacity: int = 50_000
+    replay_capacity: int = bounded(50_000, 1, 500_000)
     """Trajectories kept in the replay buffer (oldest dropped first)."""
 
 
@@ -127,16 +172,16 @@ class EvolutionConfig:
 class EnvConfig:
     """The search-tool environment (Search-R1 protocol)."""
 
-    max_turns: int = 4
+    max_turns: int = bounded(4, 1, 32)
     """Turns that may search, counted as Search-R1 counts them (4 for 3B, 6 for 7B in the paper); one more, final
     turn may only answer."""
-    top_k: int = 3
+    top_k: int = bounded(3, 1, 100)
     """Passages returned per search."""
-    max_turn_tokens: int = 500
+    max_turn_tokens: int = bounded(500, 1, 32_768)
     """Truncation of each model turn."""
-    max_obs_tokens: int = 500
+    max_obs_tokens: int = bounded(500, 1, 32_768)
     """Truncation of each observation."""
-    max_prompt_length: int = 4096
+    max_prompt_length: int = bounded(4096, 16, 1_000_000)
     """Longest prompt (instruction + question + history) in tokens."""
     dataset: str = "builtin"
     """Training data: 'builtin' (offline QA from packaged facts) or a FlashRAG JSONL path."""
@@ -152,12 +197,12 @@ class EnvConfig:
     reward: Reward = "em"
     """Training (and verification) reward: 'em' = exact match (the paper); 'em_format' = exact match plus partial
     credit for a well-formed trajectory, in the spirit of Search-R1's qa_em_format (see rewards.em_format_reward)."""
-    format_score: float = 0.2
+    format_score: float = bounded(0.2, 0, 0.5)
     """em_format: score of a well-formed trajectory (Search-R1's sequence rule) whose answer is wrong; a correct
     answer in a malformed trajectory scores 1 − format_score, a wrong one 0."""
-    retrieval_score: float = 0.1
+    retrieval_score: float = bounded(0.1, 0, 0.5)
     """em_format: added to format_score when a well-formed, wrong trajectory retrieved a passage with a gold answer."""
-    answer_score: float = 0.0
+    answer_score: float = bounded(0.0, 0, 0.25)
     """em_format: score of a malformed trajectory whose rollout ended with a wrong answer (Search-R1's
     `final_format_score`; 0 there and here by default): a first rung for a model that never writes the whole
     protocol."""
@@ -177,7 +222,7 @@ class BackendConfig:
     """A local Hugging Face model directory, a hub id (deployment only) or 'smollm2-135m-instruct'."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the torch backend runs; auto picks CUDA when present."""
-    max_new_tokens: int = 500
+    max_new_tokens: int = bounded(500, 1, 32_768)
     """Generation budget per model turn."""
 
 
@@ -199,23 +244,23 @@ class OptimizerConfig:
     team_secret: str | None = None
     """Name of the team's stored API key to send to `base_url` (platform only; the CLI reads keys from the
     environment)."""
-    timeout_s: float = 120.0
+    timeout_s: float = bounded(120.0, 0, 3600, inclusive=False)
     """Per-call timeout."""
-    max_retries: int = 5
+    max_retries: int = bounded(5, 0, 100)
     """Retries on 429/5xx/timeouts, with exponential backoff."""
-    backoff_s: float = 2.0
+    backoff_s: float = bounded(2.0, 0, 600)
     """First backoff delay."""
-    temperature: float = 1.0
+    temperature: float = bounded(1.0, 0, 2)
     """Optimizer sampling temperature."""
-    max_output_tokens: int = 8192
+    max_output_tokens: int = bounded(8192, 1, 1_000_000)
     """Longest optimizer answer."""
-    max_calls: int = 50
+    max_calls: int = bounded(50, 0, 1000)
     """Budget in calls; when spent, evolution stops with an event and training continues."""
-    max_tokens: int = 2_000_000
+    max_tokens: int = bounded(2_000_000, 0, 50_000_000)
     """Budget in tokens (input + output)."""
     local_model_path: str | None = None
     """Model directory for the local provider."""
-    local_max_new_tokens: int = 512
+    local_max_new_tokens: int = bounded(512, 1, 32_768)
     """Generation budget of the local provider."""
 
 
@@ -223,11 +268,11 @@ class OptimizerConfig:
 class EvalConfig:
     """Periodic evaluation with the best instruction."""
 
-    eval_every: int = 100
+    eval_every: int = bounded(100, 0, 1_000_000)
     """Evaluate after every n-th step and at the end (0 = only at the end)."""
     benchmarks: list[str] = field(default_factory=lambda: ["builtin"])
     """Benchmark names (FlashRAG names or 'builtin')."""
-    eval_samples: int = 0
+    eval_samples: int = bounded(0, 0, 1_000_000)
     """Questions per benchmark (0 = all)."""
 
 
@@ -235,9 +280,9 @@ class EvalConfig:
 class CheckpointConfig:
     """When checkpoints are written."""
 
-    checkpoint_every: int = 100
+    checkpoint_every: int = bounded(100, 0, 1_000_000)
     """Save after every n-th step and at the end (0 = only at the end)."""
-    keep_last: int = 3
+    keep_last: int = bounded(3, 0, MAX_CHECKPOINTS)
     """Older checkpoints beyond this many are deleted (0 = keep all)."""
 
 
@@ -247,11 +292,11 @@ class RunConfig:
 
     schema_version: int = SCHEMA_VERSION
     """Version of this structure; loading refuses newer ones."""
-    seed: int = 0
+    seed: int = bounded(0, 0, None)
     """Seeds every sampler: same seed and config replay the same instruction samples."""
     mode: Mode = "online"
     """online (INSPO), static (Search-R1 baseline), pre (optimise the instruction before RL), post (after RL)."""
-    log_trajectories: int = 4
+    log_trajectories: int = bounded(4, 0, 64)
     """Trajectories per step kept in events for the trajectory viewer."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     population: PopulationConfig = field(default_factory=PopulationConfig)
@@ -411,68 +456,12 @@ def _coerce(value: Any, hint: Any) -> tuple[Any, str | None]:
 
 # -- bounds and relations --------------------------------------------------------------------------------------
 
-MAX_CHECKPOINTS = 100
-"""The most checkpoints a run may keep on disk: keep_last, or with keep_last = 0 every checkpoint it writes."""
 MAX_INSTRUCTION_CHARS = 20_000
 """The longest instruction (the seed and each of initial_instructions) a config may carry."""
 MAX_STRING_CHARS = 4096
 """The longest value of any other string field (a path, URL or name)."""
 MAX_LIST_ITEMS = {"population.initial_instructions": 63, "eval.benchmarks": 64}
 """The most items a list field may hold."""
-
-# field path -> (low, high, low inclusive); None = unbounded on that side. Every resource a run consumes (batch,
-# memory, optimizer calls, disk) has a finite upper bound: generous, and above the paper's numbers.
-_BOUNDS: dict[str, tuple[float | None, float | None, bool]] = {
-    "seed": (0, None, True),
-    "log_trajectories": (0, 64, True),
-    "grpo.total_steps": (1, 1_000_000, True),
-    "grpo.group_size": (2, 64, True),
-    "grpo.batch_size": (1, 8192, True),
-    "grpo.mini_batch_size": (1, 8192, True),
-    "grpo.micro_batch_size": (1, 8192, True),
-    "grpo.lr": (0, 1, False),
-    "grpo.warmup_ratio": (0, 1, True),
-    "grpo.kl_coef": (0, 10, True),
-    "grpo.clip_ratio": (0, 1, False),
-    "grpo.max_grad_norm": (0, 1000, False),
-    "grpo.sampling_temperature": (0, 10, False),
-    "grpo.top_p": (0, 1, False),
-    "grpo.lora_rank": (1, 1024, True),
-    "population.population_size": (1, 64, True),
-    "population.n_parents": (1, 64, True),
-    "population.temperature": (0, 100, False),
-    "population.weight_window": (1, 1000, True),
-    "population.prune_every": (1, 1_000_000, True),
-    "evolution.evolve_every": (1, 1_000_000, True),
-    "evolution.evolve_until": (0, 1_000_000, True),
-    "evolution.n_failures": (1, 64, True),
-    "evolution.n_candidates": (1, 32, True),
-    "evolution.verify_samples": (1, 100_000, True),
-    "evolution.max_verify_rounds": (1, 100, True),
-    "evolution.verify_min_ratio": (0, 10, True),
-    "evolution.replay_capacity": (1, 500_000, True),
-    "env.max_turns": (1, 32, True),
-    "env.format_score": (0, 0.5, True),
-    "env.retrieval_score": (0, 0.5, True),
-    "env.answer_score": (0, 0.25, True),
-    "env.top_k": (1, 100, True),
-    "env.max_turn_tokens": (1, 32_768, True),
-    "env.max_obs_tokens": (1, 32_768, True),
-    "env.max_prompt_length": (16, 1_000_000, True),
-    "backend.max_new_tokens": (1, 32_768, True),
-    "optimizer.timeout_s": (0, 3600, False),
-    "optimizer.max_retries": (0, 100, True),
-    "optimizer.backoff_s": (0, 600, True),
-    "optimizer.temperature": (0, 2, True),
-    "optimizer.max_output_tokens": (1, 1_000_000, True),
-    "optimizer.max_calls": (0, 1000, True),
-    "optimizer.max_tokens": (0, 50_000_000, True),
-    "optimizer.local_max_new_tokens": (1, 32_768, True),
-    "eval.eval_every": (0, 1_000_000, True),
-    "eval.eval_samples": (0, 1_000_000, True),
-    "checkpoint.checkpoint_every": (0, 1_000_000, True),
-    "checkpoint.keep_last": (0, MAX_CHECKPOINTS, True),
-}
 
 
 def field_value(config: RunConfig, path: str) -> Any:
@@ -483,25 +472,15 @@ def field_value(config: RunConfig, path: str) -> Any:
     return value
 
 
-def _number(value: float) -> str:
-    """1000000 rather than 1e+06: a bound reads as written."""
-    return str(int(value)) if float(value).is_integer() else f"{value:g}"
-
-
-def _describe(low: float | None, high: float | None, inclusive: bool) -> str:
-    left = "—" if low is None else (f"≥ {_number(low)}" if inclusive else f"> {_number(low)}")
-    right = "" if high is None else f" and ≤ {_number(high)}"
-    return f"must be {left}{right}"
-
-
-def _check_bounds(config: RunConfig) -> list[FieldError]:
+def _check_bounds(value: Any, path: str = "") -> list[FieldError]:
+    """Every number outside the bounds its field declares (see `bounded`), in field order."""
     errors = []
-    for path, (low, high, inclusive) in _BOUNDS.items():
-        value = field_value(config, path)
-        too_low = low is not None and (value < low if inclusive else value <= low)
-        too_high = high is not None and value > high
-        if too_low or too_high:
-            errors.append(FieldError(path, f"{_describe(low, high, inclusive)}, got {value!r}"))
+    for f in dataclasses.fields(value):
+        where, current = f"{path}.{f.name}" if path else f.name, getattr(value, f.name)
+        if dataclasses.is_dataclass(current):
+            errors += _check_bounds(current, where)
+        elif (bounds := f.metadata.get(BOUNDS)) is not None and not bounds.admits(current):
+            errors.append(FieldError(where, f"{bounds.describe()}, got {current!r}"))
     return errors
 
 
