@@ -14,7 +14,6 @@ from typing import Any
 
 from celery import Task
 from celery.signals import worker_process_init, worker_ready, worker_shutting_down
-from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
@@ -70,10 +69,9 @@ def fail_work_of_my_previous_life(sender: Any = None, **kwargs: Any) -> None:
     """A worker that starts again under the same name lost whatever it was running before."""
     hostname = getattr(sender, "hostname", None)
     if hostname:
-        runs = lifecycle.run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=hostname)
-        evaluations = lifecycle.evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=hostname)
-        if runs or evaluations:
-            log.warning("%s: failed %d run(s), %d evaluation(s) held before it restarted", hostname, runs, evaluations)
+        failed = lifecycle.worker_restarted(worker=hostname)
+        if any(failed.values()):
+            log.warning("%s: failed what it held before it restarted: %s", hostname, failed)
 
 
 @worker_shutting_down.connect

@@ -13,7 +13,6 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
 
 from inspo_engine import events as ev
 from inspo_engine.backends.base import PolicyBackend
@@ -21,18 +20,8 @@ from inspo_engine.config import RunConfig
 from webapp.runs import lifecycle
 from webapp.runs.configs import config_confine
 from webapp.runs.endpoints import RunAccess, run_access
-from webapp.runs.lifecycle import Attempt
-from webapp.runs.models import (
-    Candidate,
-    Evaluation,
-    EvolutionRound,
-    Instruction,
-    PopulationSnapshot,
-    Run,
-    RunNote,
-    StepMetric,
-    Trajectory,
-)
+from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
+from webapp.runs.models import Run
 
 from .liveness import Watchdog, shutdown_requested_at
 from .sink import DatabaseSink
@@ -49,7 +38,7 @@ class StopCheck:
         self.clock = clock
         self.deadline = clock() + time_limit_s
         self.time_limit_s = time_limit_s
-        self.reason: str | None = None
+        self.reason: StopReason | None = None
 
     def __call__(self) -> bool:
         status = self.attempt.held().values_list("status", flat=True).first()
@@ -100,25 +89,15 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     except BaseException as error:
         lifecycle.run_fail(attempt, f"{type(error).__name__}: {error}")
         raise
-    status, why = _outcome(result.status, result.step, stop, worker)
+    status, why = lifecycle.run_outcome(
+        engine_status=result.status,
+        step=result.step,
+        stopped_by=stop.reason,
+        time_limit_s=stop.time_limit_s,
+        worker=worker,
+    )
     lifecycle.run_settle(attempt, status=status, error=why)
     return status
-
-
-def _outcome(engine_status: str, step: int, stop: StopCheck, worker: str) -> tuple[str, str]:
-    """The run's final status (and error) from how the engine stopped."""
-    if engine_status == "finished":
-        return Run.Status.FINISHED, ""
-    if stop.reason == "time limit":
-        return Run.Status.FAILED, (
-            f"time limit of {stop.time_limit_s:.0f} s reached; stopped after step {step} with a checkpoint — "
-            "resume to continue"
-        )
-    if stop.reason == "shutdown":
-        return Run.Status.FAILED, (
-            f"the worker {worker} shut down; stopped after step {step} with a checkpoint — resume to continue"
-        )
-    return Run.Status.CANCELLED, ""
 
 
 def _sinks(run: Run, attempt: Attempt, watchdog: Watchdog) -> tuple[DatabaseSink, ev.EventSink]:
@@ -181,19 +160,3 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
         )
     finally:
         database.flush()
-
-
-def run_discard_after(*, run: Run, step: int) -> None:
-    """Before resuming from the checkpoint of `step`: drop what the lost attempt stored after it, and bring
-    back instructions retired after it, so the resumed steps write onto the state the checkpoint holds."""
-    with transaction.atomic():
-        for model in (StepMetric, Trajectory, PopulationSnapshot, EvolutionRound, RunNote):
-            model.objects.filter(run=run, step__gt=step).delete()
-        Evaluation.objects.filter(run=run, step__gt=step, request__isnull=True).delete()
-        Candidate.objects.filter(round__run=run, instruction__birth_step__gt=step).update(instruction=None)
-        Instruction.objects.filter(run=run, birth_step__gt=step).delete()
-        Instruction.objects.filter(run=run, retired_step__gt=step).update(
-            retired_step=None, retired_reason="", retired_weight=None
-        )
-        last = PopulationSnapshot.objects.filter(run=run).order_by("-step", "-id").values_list("best_id", flat=True)
-        Run.objects.filter(pk=run.pk).update(step=step, best_instruction_id=last.first())

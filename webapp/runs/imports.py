@@ -24,10 +24,9 @@ from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import ServiceError
 from workers.sink import DatabaseSink
-from workers.training import run_discard_after
 
 from .configs import config_total_steps
-from .lifecycle import checkpoints_refresh
+from .lifecycle import checkpoints_refresh, run_discard_after
 from .models import Run
 from .selectors import run_directory
 from .services import MAX_SEED

@@ -1,5 +1,7 @@
-"""The worker side of a run's life: a claim (an attempt), how it ends, and the sweep that fails lost and stalled
-runs, fails evaluations whose worker vanished, and hands the broker what it never received.
+"""The worker side of a run's life: a claim (an attempt), the rewind before a resumed attempt trains, how an
+attempt ends, what a restarted worker loses, and the sweep that fails lost and stalled runs, fails evaluations whose
+worker vanished, and hands the broker what it never received. (The user's side — submit, cancel, resume — is in
+`services`; the README draws the whole state machine.)
 
 Every status change here is a conditional update. A run changes only while the attempt that makes the change still
 holds it: a worker that lost its run (failed as lost, then resumed and claimed by another) changes nothing.
@@ -11,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from django.conf import settings
@@ -21,7 +23,19 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import tasks
-from .models import Checkpoint, Evaluation, EvaluationRequest, Run
+from .models import (
+    Candidate,
+    Checkpoint,
+    Evaluation,
+    EvaluationRequest,
+    EvolutionRound,
+    Instruction,
+    PopulationSnapshot,
+    Run,
+    RunNote,
+    StepMetric,
+    Trajectory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +94,47 @@ def run_claim(*, run_id: UUID | str, worker: str) -> Attempt | None:
     return Attempt(run_id=run_id, number=number, worker=worker)
 
 
+def run_discard_after(*, run: Run, step: int) -> None:
+    """Before a resumed attempt trains from the checkpoint of `step`: drop what the lost attempt stored after it,
+    and bring back instructions retired after it, so the resumed steps write onto the state the checkpoint holds."""
+    with transaction.atomic():
+        for model in (StepMetric, Trajectory, PopulationSnapshot, EvolutionRound, RunNote):
+            model.objects.filter(run=run, step__gt=step).delete()
+        Evaluation.objects.filter(run=run, step__gt=step, request__isnull=True).delete()
+        Candidate.objects.filter(round__run=run, instruction__birth_step__gt=step).update(instruction=None)
+        Instruction.objects.filter(run=run, birth_step__gt=step).delete()
+        Instruction.objects.filter(run=run, retired_step__gt=step).update(
+            retired_step=None, retired_reason="", retired_weight=None
+        )
+        last = PopulationSnapshot.objects.filter(run=run).order_by("-step", "-id").values_list("best_id", flat=True)
+        Run.objects.filter(pk=run.pk).update(step=step, best_instruction_id=last.first())
+
+
+StopReason = Literal["cancelled", "shutdown", "time limit"]
+"""Why a worker asked the engine to stop at a step boundary: the run was cancelled, the worker is shutting down,
+or the run's time is up."""
+
+
+def run_outcome(
+    *, engine_status: str, step: int, stopped_by: StopReason | None, time_limit_s: float, worker: str
+) -> tuple[str, str]:
+    """The status (and error) an attempt ends its run with, from how the engine stopped: finished when it ran to
+    the end; failed, resumable from the checkpoint it just saved, when a time limit or a worker shutdown stopped
+    it; cancelled when a cancel did."""
+    if engine_status == "finished":
+        return Run.Status.FINISHED, ""
+    if stopped_by == "time limit":
+        return Run.Status.FAILED, (
+            f"time limit of {time_limit_s:.0f} s reached; stopped after step {step} with a checkpoint — "
+            "resume to continue"
+        )
+    if stopped_by == "shutdown":
+        return Run.Status.FAILED, (
+            f"the worker {worker} shut down; stopped after step {step} with a checkpoint — resume to continue"
+        )
+    return Run.Status.CANCELLED, ""
+
+
 def run_settle(attempt: Attempt, *, status: str, error: str = "") -> bool:
     """End the attempt's run as finished, cancelled or failed (with why, and resumable); False when the attempt
     no longer held it (and then it touches nothing)."""
@@ -124,6 +179,15 @@ def checkpoints_refresh(*, run_id: UUID | str, keep: str | None = None) -> int:
         if path != keep and not Path(path).is_dir()
     ]
     return Checkpoint.objects.filter(pk__in=gone).update(available=False)
+
+
+def worker_restarted(*, worker: str) -> dict[str, int]:
+    """A worker that starts again under the same name lost whatever it was running before: fail its runs and
+    evaluations. Returns how many of each."""
+    return {
+        "runs": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=worker),
+        "evaluations": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=worker),
+    }
 
 
 # -- the sweep ---------------------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
-"""The sweep: runs queued while the broker was down are sent once it is back (the submission itself succeeds);
-evaluations left running by a worker killed with -9 or restarted are failed with the reason; a worker that lost
-its evaluation stores nothing; the schedule comes from settings."""
+"""The worker side of the lifecycle. The sweep: runs queued while the broker was down are sent once it is back (the
+submission itself succeeds); evaluations left running by a worker killed with -9 or restarted are failed with the
+reason; a worker that lost its evaluation stores nothing; the schedule comes from settings. How an attempt ends,
+what a restarted worker loses, and the rewind of a resumed run to its checkpoint."""
 
 from __future__ import annotations
 
@@ -11,10 +12,16 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from tests.conftest import POSTGRES_UP
-from tests.factories import CheckpointFactory, RunFactory
+from tests.factories import (
+    CheckpointFactory,
+    InstructionFactory,
+    PopulationSnapshotFactory,
+    RunFactory,
+    StepMetricFactory,
+)
 from webapp.runs import lifecycle, services
 from webapp.runs import tasks as run_tasks
-from webapp.runs.models import Evaluation, EvaluationRequest, Run
+from webapp.runs.models import Evaluation, EvaluationRequest, Instruction, Run
 
 if not POSTGRES_UP:
     pytest.fail("these tests need PostgreSQL at 127.0.0.1:5432", pytrace=False)
@@ -142,3 +149,50 @@ def test_the_sweep_runs_on_the_ops_queue_every_inspo_sweep_every_s(settings):
     entry = settings.CELERY_BEAT_SCHEDULE["sweep"]
     assert entry["task"] == "workers.tasks.sweep" and entry["schedule"] == settings.INSPO_SWEEP_EVERY_S
     assert settings.CELERY_TASK_ROUTES["workers.tasks.sweep"] == {"queue": "ops"}
+
+
+def test_a_restarted_worker_fails_the_runs_and_evaluations_it_held_and_nothing_else(alice_team):
+    held = RunFactory(team=alice_team, status=Run.Status.RUNNING, worker="cpu@box", heartbeat_at=timezone.now())
+    elsewhere = RunFactory(team=alice_team, status=Run.Status.RUNNING, worker="cpu@other", heartbeat_at=timezone.now())
+    running_request(alice_team, timezone.now(), worker="cpu@box")
+    assert lifecycle.worker_restarted(worker="cpu@box") == {"runs": 1, "evaluations": 1}
+    assert Run.objects.get(pk=held.pk).status == Run.Status.FAILED
+    assert Run.objects.get(pk=elsewhere.pk).status == Run.Status.RUNNING
+    assert lifecycle.worker_restarted(worker="cpu@box") == {"runs": 0, "evaluations": 0}
+
+
+@pytest.mark.parametrize(
+    ("engine_status", "stopped_by", "status", "error"),
+    [
+        ("finished", None, Run.Status.FINISHED, ""),
+        ("stopped", "cancelled", Run.Status.CANCELLED, ""),
+        ("stopped", "time limit", Run.Status.FAILED, "time limit of 60 s reached; stopped after step 7"),
+        ("stopped", "shutdown", Run.Status.FAILED, "the worker cpu@box shut down; stopped after step 7"),
+    ],
+)
+def test_how_the_engine_stopped_decides_how_the_run_ends(engine_status, stopped_by, status, error):
+    ended, why = lifecycle.run_outcome(
+        engine_status=engine_status, step=7, stopped_by=stopped_by, time_limit_s=60, worker="cpu@box"
+    )
+    assert ended == status and why.startswith(error)
+    assert ended != Run.Status.FAILED or why.endswith("resume to continue")
+
+
+def test_a_resumed_run_is_rewound_to_its_checkpoints_step(alice_team):
+    """What the lost attempt stored after the checkpoint goes; what it retired after it comes back."""
+    run = RunFactory(team=alice_team, status=Run.Status.RUNNING, step=5)
+    seed = InstructionFactory(run=run, key="ins-0000", retired_step=4, retired_reason="pruned", retired_weight=0.1)
+    late = InstructionFactory(run=run, key="ins-0001", birth_step=4)
+    for step in (1, 2, 3, 4, 5):
+        StepMetricFactory(run=run, step=step)
+    PopulationSnapshotFactory(run=run, step=2, best=seed)
+    PopulationSnapshotFactory(run=run, step=4, best=late)
+    run.best_instruction = late
+    run.save()
+    lifecycle.run_discard_after(run=run, step=2)
+    run.refresh_from_db()
+    assert (run.step, run.best_instruction_id) == (2, seed.pk)
+    assert list(run.steps.values_list("step", flat=True).order_by("step")) == [1, 2]
+    assert not Instruction.objects.filter(pk=late.pk).exists()
+    seed.refresh_from_db()
+    assert (seed.retired_step, seed.retired_reason, seed.retired_weight) == (None, "", None)
