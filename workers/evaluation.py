@@ -20,14 +20,11 @@ from webapp.runs import lifecycle
 from webapp.runs.configs import benchmark_paths, config_confine
 from webapp.runs.endpoints import net_policy
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
+from webapp.runs.selectors import BENCHMARK_METRICS
 
 from .liveness import Watchdog
 
 log = logging.getLogger(__name__)
-
-STORED_METRICS = ("em", "f1")
-"""The benchmark metrics the dashboards compare (evaluate_checkpoint also reports the answer and format rates)."""
-
 
 AnswererFactory = Callable[[RunConfig, Path], Answerer]
 
@@ -78,6 +75,6 @@ def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluat
                 request=request,
             )
             for metric, value in result.scores.items()
-            if metric in STORED_METRICS
+            if metric in BENCHMARK_METRICS  # what the dashboards compare; the scores also hold answer and format rates
         ]
     return rows

@@ -7,6 +7,7 @@ render the shell it mounts on and everything that must work without it (actions,
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -229,20 +230,22 @@ def _act(request: HttpRequest, run: Run, action: Any, done: str) -> HttpResponse
     return redirect("runs:detail", run_id=target.pk)
 
 
-@login_required
-@require_POST
-def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
-    user = acting_user(request)
-    run = selectors.run_get(user=user, run_id=run_id)
-    return _act(request, run, lambda: services.run_cancel(run=run, user=user), "Cancellation requested.")
+def _run_action(service: Callable[..., Run], done: str) -> Callable[[HttpRequest, str], HttpResponse]:
+    """A page action that takes no input: POST it on a run of the user's teams (404 for another team's) and the
+    service runs (refusals come back as messages); then back to the run with `done`."""
+
+    @login_required
+    @require_POST
+    def view(request: HttpRequest, run_id: str) -> HttpResponse:
+        user = acting_user(request)
+        run = selectors.run_get(user=user, run_id=run_id)
+        return _act(request, run, lambda: service(run=run, user=user), done)
+
+    return view
 
 
-@login_required
-@require_POST
-def run_resume(request: HttpRequest, run_id: str) -> HttpResponse:
-    user = acting_user(request)
-    run = selectors.run_get(user=user, run_id=run_id)
-    return _act(request, run, lambda: services.run_resume(run=run, user=user), "Run queued to resume.")
+run_cancel = _run_action(services.run_cancel, "Cancellation requested.")
+run_resume = _run_action(services.run_resume, "Run queued to resume.")
 
 
 @login_required
