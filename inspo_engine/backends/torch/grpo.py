@@ -18,6 +18,7 @@ import copy
 import functools
 import math
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -499,7 +500,9 @@ class GRPOTrainer:
     def idle_step(self) -> UpdateResult:
         """A training step with nothing to learn from: the schedule advances, the weights stay."""
         lr = float(self.optimizer.param_groups[0]["lr"])
-        self.scheduler.step()
+        with warnings.catch_warnings():  # the schedule counts steps, not optimizer updates: no update is intended
+            warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)`", UserWarning)
+            self.scheduler.step()
         self.steps_done += 1
         return UpdateResult(metrics={"lr": lr, "optimizer_steps": 0.0, "trained_tokens": 0.0}, timings={})
 
