@@ -28,6 +28,7 @@ Reward = Literal["em", "em_format"]
 Placement = Literal["user", "system"]
 Proposer = Literal["reflection", "paraphrase", "history"]
 WeightReset = Literal["all", "new"]
+OptimizerRetention = Literal["latest", "all"]
 T = TypeVar("T")
 
 
@@ -135,6 +136,18 @@ class PopulationConfig:
     """Extra instructions supplied by the user (origin 'manual'); the rest are optimizer paraphrases."""
     paraphrase_init: bool = True
     """Fill the initial population to population_size with optimizer paraphrases of the seed."""
+    diversity: bool = True
+    """Measure how alike the living instructions are at every population record (all-MiniLM-L6-v2 embeddings, the
+    dense retriever's model, loaded once per process) and raise the collapse alarm (see `diversity`)."""
+    strategy_cosine: float = bounded(0.9, 0, 1, inclusive=False)
+    """Two instructions are one strategy when their embeddings' cosine is at least this; distinct strategies are
+    the groups that joins (single linkage)."""
+    collapse_cosine: float = bounded(0.95, 0, 1, inclusive=False)
+    """The population looks collapsed when every pair of living instructions is at least this alike (cosine)…"""
+    collapse_entropy: float = bounded(0.05, 0, 1)
+    """…or when its sampling distribution's entropy is at most this fraction of the maximum, ln N."""
+    collapse_steps: int = bounded(3, 1, 1_000_000)
+    """K: the alarm trips once the population has looked collapsed for this many consecutive steps."""
 
 
 @dataclass
@@ -284,6 +297,11 @@ class CheckpointConfig:
     """Save after every n-th step and at the end (0 = only at the end)."""
     keep_last: int = bounded(3, 0, MAX_CHECKPOINTS)
     """Older checkpoints beyond this many are deleted (0 = keep all)."""
+    optimizer_state: OptimizerRetention = "latest"
+    """Which checkpoints keep the trainer's optimizer state, which only resuming needs (with AdamW twice the
+    policy's size): 'latest' = only the newest checkpoint of a run that can still resume (dropped from the older
+    ones as each new one is written, and not kept by the last checkpoint of a run that ran all its steps); 'all' =
+    every checkpoint."""
 
 
 @dataclass
@@ -638,6 +656,10 @@ def _paper() -> dict[str, Any]:
     }
 
 
+CPU_DEMO_SEED = SEED_INSTRUCTION.removesuffix(", for example <answer> Paris </answer>.") + "."
+"""The cpu-demo's seed: the Search-R1 instruction without its example answer, which a 135M policy copies into every
+reply it is unsure of ("Paris" for 103 of 195 test questions in a run seeded with it)."""
+
 CPU_DEMO_EXAMPLE = (
     "Always search before you answer. Reply in exactly this shape: <think> what I must find </think> <search> a "
     "short query </search>, then, once the passages arrive in <information> and </information>: <think> what the "
@@ -666,7 +688,8 @@ def _cpu_demo() -> dict[str, Any]:
         "population": {
             "population_size": 4,
             "prune_every": 4,
-            "initial_instructions": [f"{SEED_INSTRUCTION} {CPU_DEMO_EXAMPLE}"],
+            "seed_instruction": CPU_DEMO_SEED,
+            "initial_instructions": [f"{CPU_DEMO_SEED} {CPU_DEMO_EXAMPLE}"],
         },
         "evolution": {
             "evolve_every": 8,
