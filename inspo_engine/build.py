@@ -12,6 +12,7 @@ from pathlib import Path
 from .backends.base import PolicyBackend
 from .coevolution import CoEvolution
 from .config import RunConfig
+from .control import ControlChannel
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
@@ -73,9 +74,11 @@ def build_run(
     backend: PolicyBackend | None = None,
     retriever_policy: NetPolicy | None = None,
     optimizer_policy: NetPolicy | None = None,
+    control: ControlChannel | None = None,
 ) -> CoEvolution:
     """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere). The policies
-    confine URLs that a user chose (the retriever's, the optimizer's base URL); None trusts the URL."""
+    confine URLs that a user chose (the retriever's, the optimizer's base URL); None trusts the URL. `control`
+    brings a person's requests (see `control`); None: nobody steers the run."""
     inputs = load_inputs(config)
     if backend is None:
         retriever = make_retriever(config, inputs.corpus, cache_dir, retriever_policy)
@@ -90,4 +93,5 @@ def build_run(
         eval_sets=inputs.eval_sets,
         should_stop=should_stop,
         owns_run=owns_run,
+        control=control,
     )

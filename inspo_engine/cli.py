@@ -8,6 +8,7 @@ explicitly.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import signal
@@ -19,10 +20,12 @@ from typing import Any
 
 from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, latest_checkpoint, read_state
 from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
+from .control import TARGETED, ControlRequest, FileControlChannel, Inject, Pin, Retire, Unpin, request_to_dict
 from .environ import api_key_from_env, cache_dir_from_env
 from .events import (
     BudgetExhausted,
     CheckpointSaved,
+    ControlHandled,
     EvalCompleted,
     Event,
     EvolutionCompleted,
@@ -32,6 +35,7 @@ from .events import (
     OptimizerFailed,
     PopulationChanged,
     StepCompleted,
+    read_events,
 )
 
 
@@ -54,6 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", type=Path, required=True, help="run directory: events, checkpoints, best instruction")
     train.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     add_cache(train)
+
+    control = commands.add_parser(
+        "control", help="steer a running run: inject an instruction, pin, unpin or retire one, list requests"
+    )
+    control.add_argument("--out", type=Path, required=True, help="the run directory of `train --out`")
+    control.add_argument("--author", default=None, help="who asks (default: your user name)")
+    control_commands = control.add_subparsers(dest="control_command", required=True)
+    inject = control_commands.add_parser("inject", help="add an instruction at the next step boundary")
+    inject.add_argument("text", help="the instruction")
+    inject.add_argument("--no-verify", action="store_true", help="join unscored instead of verified against I*")
+    for kind in ("pin", "unpin", "retire"):
+        control_commands.add_parser(kind, help=f"{kind} an instruction").add_argument("instruction_id")
+    control_commands.add_parser("list", help="every request and its outcome")
 
     evaluate = commands.add_parser("eval", help="evaluate a checkpoint or an untrained model: EM and F1 per benchmark")
     source = evaluate.add_mutually_exclusive_group(required=True)
@@ -189,6 +206,7 @@ def command_train(args: argparse.Namespace) -> int:
         sink=events,
         api_key=api_key_from_env(config.optimizer, os.environ),
         should_stop=stop_on_interrupt(),
+        control=FileControlChannel(out),
     )
     if checkpoint is not None:
         loop.load_checkpoint(checkpoint)
@@ -224,6 +242,37 @@ def command_plot(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.run_dir} is not a run directory (no events.jsonl)")
     for path in plot_run(args.run_dir):
         print(path)
+    return 0
+
+
+# -- control -------------------------------------------------------------------------------------------------
+
+
+def command_control(args: argparse.Namespace) -> int:
+    """Append a request to the run directory's control file (the run reads it before its next step), or list the
+    requests with the outcomes its events.jsonl holds."""
+    channel = FileControlChannel(args.out)
+    if args.control_command == "list":
+        events = args.out / "events.jsonl"
+        handled = {}
+        if events.exists():
+            handled = {e.request_id: e for e in read_events(events) if isinstance(e, ControlHandled)}
+        for request in channel.poll():
+            outcome = handled.get(request.id)
+            said = f"{outcome.status} before step {outcome.step}: {outcome.message}" if outcome else "pending"
+            print(json.dumps(request_to_dict(request), ensure_ascii=False), "→", said)
+        return 0
+    if not args.out.is_dir():
+        raise UsageError(f"{args.out} is not a run directory")
+    author = args.author if args.author is not None else getpass.getuser()
+    action: Inject | Pin | Unpin | Retire
+    if args.control_command == "inject":
+        action = Inject(args.text, author, verify=not args.no_verify)
+    else:
+        action = TARGETED[args.control_command](args.instruction_id, author)
+    request_id = f"cli-{len(channel.poll()) + 1}"
+    channel.append(ControlRequest(request_id, action))
+    print(f"request {request_id} queued: {args.control_command}; the run handles it before its next step")
     return 0
 
 
@@ -297,6 +346,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     commands: dict[str, Callable[[argparse.Namespace], int]] = {
         "train": command_train,
+        "control": command_control,
         "eval": command_eval,
         "serve-retriever": command_serve,
         "verl-config": command_verl_config,

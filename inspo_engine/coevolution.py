@@ -23,6 +23,7 @@ from typing import Any
 from .backends.base import PolicyBackend
 from .checkpoints import checkpoint_path, drop_old_checkpoints, read_state, write_checkpoint
 from .config import RunConfig
+from .control import ControlChannel, NoControl, Steering
 from .env.rewards import exact_match, is_valid_format
 from .events import (
     CheckpointSaved,
@@ -85,10 +86,12 @@ class CoEvolution:
         eval_sets: Mapping[str, Sequence[Question]] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
         owns_run: Callable[[], bool] = lambda: True,
+        control: ControlChannel | None = None,
     ) -> None:
         """`should_stop` is asked after every step (True: stop there, with a checkpoint). `owns_run` is asked
         before every checkpoint write: False means another process has taken the run over, and the loop raises
-        RunSuperseded instead of writing."""
+        RunSuperseded instead of writing. `control` is polled before each step's instructions are sampled (see
+        `control`)."""
         config.validate()
         if not train_questions:
             raise ValueError("no training questions")
@@ -126,6 +129,8 @@ class CoEvolution:
             ledger=self.ledger,
         )
         self.sink = sink
+        self.control: ControlChannel = control or NoControl()
+        self.steering = Steering(config, self.evolution)
 
     @property
     def sink(self) -> EventSink:
@@ -234,11 +239,12 @@ class CoEvolution:
             self.evolution.initialise()
 
     def begin_step(self, n: int, step: int | None = None) -> list[Instruction]:
-        """Enter the next step (or `step`, for a driver that counts steps itself) and sample one instruction per
-        question, by softmax(w/τ) with the run's sampling rng."""
+        """Enter the next step (or `step`, for a driver that counts steps itself): apply the control requests that
+        are due, then sample one instruction per question, by softmax(w/τ) with the run's sampling rng."""
         entered = self.progress.step + 1 if step is None else step
         self.progress.phase_step += entered - self.progress.step
         self.progress.step = entered
+        self.steering.apply(self.control, entered)
         return self.population.sample(self.sample_rng, n)
 
     def end_step(
@@ -373,6 +379,7 @@ class CoEvolution:
             "replay": self.replay.to_state(),
             "budget": evolution.budget.to_state(),
             "rngs": {"sample": _rng_state(self.sample_rng), "replay": _rng_state(self.replay_rng)},
+            "control": self.steering.to_state(),
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
@@ -391,6 +398,7 @@ class CoEvolution:
         self.evolution.budget = OptimizerBudget.from_state(state["budget"])
         self.sample_rng.setstate(_rng_from_state(state["rngs"]["sample"]))
         self.replay_rng.setstate(_rng_from_state(state["rngs"]["replay"]))
+        self.steering.load_state(state.get("control", {}))
 
     def save_checkpoint(self) -> Path:
         """The backend's policy and this loop's state as the checkpoint of the current step (see `checkpoints`);

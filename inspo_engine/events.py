@@ -57,6 +57,8 @@ class InstructionInfo:
     origin: str
     parent_id: str | None
     birth_step: int
+    author: str | None = None
+    """Who wrote it, for an instruction a person injected into the running run (origin `human`)."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +186,22 @@ class InstructionPruned(Event):
 
 
 @dataclass(frozen=True)
+class ControlHandled(Event):
+    """A person's control request (inject, pin, unpin, retire) met a step boundary: applied, or rejected and why.
+    `step` is the step it was handled before; `instruction_id` is the instruction it added or named."""
+
+    kind: ClassVar[str] = "control_handled"
+    step: int
+    request_id: str
+    action: str
+    status: str
+    message: str
+    author: str = ""
+    instruction_id: str | None = None
+    verify_score: float | None = None
+
+
+@dataclass(frozen=True)
 class EvolutionCompleted(Event):
     kind: ClassVar[str] = "evolution_completed"
     step: int
@@ -268,6 +286,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         InstructionProposed,
         InstructionVerified,
         InstructionPruned,
+        ControlHandled,
         EvolutionCompleted,
         OptimizerFailed,
         BudgetExhausted,

@@ -93,8 +93,11 @@ class Evolution:
         parent_id: str | None,
         score: float | None = None,
         round_id: str | None = None,
+        author: str | None = None,
     ) -> Instruction:
-        instruction = self.population.add(text, origin=origin, step=step, parent_id=parent_id, verify_score=score)
+        instruction = self.population.add(
+            text, origin=origin, step=step, parent_id=parent_id, verify_score=score, author=author
+        )
         self.sink.emit(
             InstructionAdded(step=step, instruction=instruction.info(), verify_score=score, round_id=round_id)
         )
@@ -168,9 +171,11 @@ class Evolution:
     def evolve(self, step: int) -> None:
         """Select the parents, then generate → verify rounds until every parent's share of the free slots is
         filled or `max_verify_rounds` rounds ran. Each round asks the optimizer once per parent whose share is not
-        full yet, so with several parents every one of them gets proposals."""
+        full yet, so with several parents every one of them gets proposals. Pinned members stay and hold their
+        slots."""
         parents = self.population.top(self.population.n_parents)
-        shares = slot_shares(self.population.max_size - len(parents), len(parents))
+        pinned = [m for m in self.population.members if m.pinned and m not in parents]
+        shares = slot_shares(self.population.max_size - len(parents) - len(pinned), len(parents))
         evo = self.config.evolution
         questions = self.replay.verification_set(self.rng, evo.verify_samples) if evo.verify else []
         parent_scores: dict[str, float] = {}
@@ -206,12 +211,12 @@ class Evolution:
         self.emit_population(step, "evolved")
 
     def _replace_population(self, step: int, parents: list[Instruction], accepted: list[Accepted]) -> list[Instruction]:
-        """Parents ∪ verified candidates; nothing changes when no candidate was accepted."""
+        """Parents ∪ pinned members ∪ verified candidates; nothing changes when no candidate was accepted."""
         if not accepted:
             return []
         parent_ids = {p.id for p in parents}
         for member in self.population.members:
-            if member.id not in parent_ids:
+            if member.id not in parent_ids and not member.pinned:
                 self.retire(member, step, "replaced at evolution")
         origin = self.config.evolution.proposer
         added = [
@@ -221,6 +226,16 @@ class Evolution:
         reset_ids = None if self.config.evolution.reset_weights == "all" else [ins.id for ins in added]
         self.population.reset_weights(step, reset_ids)
         return added
+
+    def verify_outside(self, step: int, text: str, *, round_id: str, rng: random.Random) -> CandidateInfo:
+        """Verify a candidate that did not come from the optimizer (a person's) as evolution verifies its own: scored
+        on D_B drawn with `rng` (not the run's own stream) with the current policy, against I* — its stand-in
+        parent — on the same questions, the InstructionVerified event under `round_id`. Its verdict: accepted or
+        why not, and its score (None: this run does not verify, or nothing to verify on yet)."""
+        evo = self.config.evolution
+        questions = self.replay.verification_set(rng, evo.verify_samples) if evo.verify else []
+        (verdict,) = self._judge(step, round_id, self.population.best(), [text], questions, {}, 1)
+        return verdict
 
     def _generate(self, step: int, parent: Instruction, round_no: int) -> tuple[str, list[str]]:
         self.rounds += 1
@@ -292,13 +307,28 @@ class Evolution:
         parent_scores: dict[str, float],
         slots: int,
     ) -> list[tuple[str, float | None]]:
-        """Score candidates on D_B with the current policy and keep the top ones that fit and clear the bar: with
+        """The candidates that join: see `_judge`."""
+        verdicts = self._judge(step, round_id, parent, texts, questions, parent_scores, slots)
+        return [(v.text, v.score) for v in verdicts if v.accepted]
+
+    def _judge(
+        self,
+        step: int,
+        round_id: str,
+        parent: Instruction,
+        texts: list[str],
+        questions: list[Question],
+        parent_scores: dict[str, float],
+        slots: int,
+    ) -> list[CandidateInfo]:
+        """Score candidates on D_B with the current policy and accept the top ones that fit and clear the bar: with
         `verify_min_ratio` r > 0 the parent is scored on the same questions and a candidate scoring below
-        r × the parent's score is rejected (r = 1: no candidate worse than its parent joins)."""
+        r × the parent's score is rejected (r = 1: no candidate worse than its parent joins). Without verification
+        (or questions) the first `slots` are accepted unscored. Each verdict, best first."""
         if not texts:
             return []
         if not self.config.evolution.verify or not questions:
-            return [(text, None) for text in texts[:slots]]
+            return [CandidateInfo(text=t, valid=True, accepted=i < slots) for i, t in enumerate(texts)]
         self._stage(step, "verify")
         scores = {text: self._score(text, questions) for text in texts}
         ratio = self.config.evolution.verify_min_ratio
@@ -325,7 +355,7 @@ class Evolution:
                 candidates=verdicts,
             )
         )
-        return [(t, scores[t]) for t in kept]
+        return verdicts
 
     def _score(self, text: str, questions: list[Question]) -> float:
         rewards = self.backend.score(text, questions)

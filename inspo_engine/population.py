@@ -10,7 +10,9 @@ from typing import Any, Literal
 
 from .events import InstructionInfo, MemberStats
 
-Origin = Literal["seed", "reflection", "paraphrase", "history", "manual"]
+Origin = Literal["seed", "reflection", "paraphrase", "history", "manual", "human"]
+"""Where an instruction came from: `manual` ones were in the config, `human` ones a person injected into the running
+run (see `control`)."""
 
 
 @dataclass
@@ -31,6 +33,10 @@ class Instruction:
     """Only rewards of later steps count towards the weight: a reset sets it to the step of the reset."""
     samples: int = 0
     """Questions it was sampled for, over the whole run."""
+    author: str | None = None
+    """Who wrote it, for an instruction a person injected (origin `human`)."""
+    pinned: bool = False
+    """Pinned by a person: pruning and evolution's replacement never retire it."""
 
     @property
     def alive(self) -> bool:
@@ -46,7 +52,7 @@ class Instruction:
         return sum(r for _, r in self.rewards) / len(self.rewards) if self.rewards else None
 
     def info(self) -> InstructionInfo:
-        return InstructionInfo(self.id, self.text, self.origin, self.parent_id, self.birth_step)
+        return InstructionInfo(self.id, self.text, self.origin, self.parent_id, self.birth_step, self.author)
 
 
 def softmax(weights: Sequence[float], temperature: float) -> list[float]:
@@ -99,6 +105,7 @@ class Population:
         step: int,
         parent_id: str | None = None,
         verify_score: float | None = None,
+        author: str | None = None,
     ) -> Instruction:
         """Add a new alive instruction with a fresh id and weight 0."""
         if len(self) >= self.max_size:
@@ -110,6 +117,7 @@ class Population:
             parent_id=parent_id,
             birth_step=step,
             verify_score=verify_score,
+            author=author,
         )
         self.archive[instruction.id] = instruction
         return instruction
@@ -179,12 +187,15 @@ class Population:
     # -- pruning -------------------------------------------------------------------------------------------
 
     def prune(self, step: int) -> list[Instruction]:
-        """Successive halving: drop the bottom half by weight, never going below n_parents."""
-        size = len(self)
+        """Successive halving: drop the bottom half by weight, never going below n_parents. Pinned instructions
+        stand outside it: they all stay, and the others are halved (never below n_parents) as if they were not
+        there."""
+        unpinned = [ins for ins in self.ranked() if not ins.pinned]
+        size = len(unpinned)
         if size <= self.n_parents:
             return []
         keep = max(self.n_parents, size - size // 2)
-        dropped = self.ranked()[keep:]
+        dropped = unpinned[keep:]
         for instruction in dropped:
             self.retire(instruction.id, step=step, reason="pruned")
         return dropped

@@ -26,6 +26,7 @@ import numpy as np
 from ...backends.base import PolicyBackend
 from ...coevolution import CoEvolution, RunResult
 from ...config import RunConfig
+from ...control import ControlChannel
 from ...env.protocol import Placement, chat_messages
 from ...events import EvalCompleted, EventSink
 from ...optimizers.base import OptimizerClient
@@ -110,6 +111,7 @@ class VerlLoop:
         sink: EventSink,
         out_dir: Any = None,
         should_stop: Callable[[], bool] = lambda: False,
+        control: ControlChannel | None = None,
     ) -> None:
         if config.mode not in ("online", "static"):
             raise UnsupportedMode(
@@ -124,6 +126,7 @@ class VerlLoop:
             sink=sink,
             out_dir=out_dir,
             should_stop=should_stop,
+            control=control,
         )
         self.pending: int | None = None
         """The step whose boundary (prune, evolve, checkpoint) has not run yet."""

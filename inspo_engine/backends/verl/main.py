@@ -24,6 +24,7 @@ from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
 from ...checkpoints import STATE_FILE, checkpoint_path, read_state
 from ...config import RunConfig
+from ...control import FileControlChannel
 from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
 from ...events import JsonlSink
 from .config import compose
@@ -75,6 +76,7 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         sink=JsonlSink(out_dir / EVENTS_FILE),
         out_dir=out_dir,
         should_stop=lambda: (out_dir / STOP_FILE).exists(),
+        control=FileControlChannel(out_dir),
     )
     return loop
 
