@@ -110,7 +110,10 @@ class Instruction(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="instructions")
     key = models.CharField(max_length=32, help_text="The engine's id, unique within the run (ins-0003).")
     text = models.TextField()
-    origin = models.CharField(max_length=16, help_text="seed, manual, paraphrase, reflection or history")
+    origin = models.CharField(max_length=16, help_text="seed, manual, paraphrase, reflection, history or human")
+    author = models.CharField(
+        max_length=150, blank=True, help_text="Who wrote it, for an instruction a person injected (origin human)."
+    )
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children")
     birth_step = models.IntegerField()
     verify_score = models.FloatField(null=True, blank=True)
@@ -328,6 +331,47 @@ class Evaluation(models.Model):
             models.Index(fields=["run", "benchmark", "step"], name="evaluation_run_bench_step"),
             models.Index(fields=["benchmark", "metric"], name="evaluation_bench_metric"),
         )
+
+
+class ControlRequest(models.Model):
+    """A person's request to steer a live run's population — inject an instruction, pin, unpin or retire one. The
+    worker hands pending ones to the engine, which handles each before a step and reports it applied or rejected."""
+
+    class Kind(models.TextChoices):
+        INJECT = "inject"
+        PIN = "pin"
+        UNPIN = "unpin"
+        RETIRE = "retire"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPLIED = "applied"
+        REJECTED = "rejected"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="control_requests")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    payload = models.JSONField(help_text='inject: {"text", "verify"}; pin, unpin, retire: {"instruction_id"}.')
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    author_name = models.CharField(max_length=150, help_text="The author's username when asked (kept in the lineage).")
+    created_at = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.PENDING)
+    outcome = models.TextField(blank=True, help_text="What the engine did with it, or why it refused.")
+    applied_at_step = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="The step it was handled before (applied or rejected). A pending request keeps it when a resume "
+        "rewound the run past it: the engine replays it before that step.",
+    )
+    instruction_key = models.CharField(
+        max_length=32, blank=True, help_text="The instruction it added or named (ins-0007)."
+    )
+
+    class Meta:
+        ordering = ("run", "id")
+        indexes = (models.Index(fields=["run", "status", "id"], name="control_run_status"),)
+
+    def __str__(self) -> str:
+        return f"{self.kind} ({self.status})"
 
 
 class RunNote(models.Model):
