@@ -1,5 +1,6 @@
-"""The checkpoint layout of a run directory: `checkpoints/step-NNNNNN/{policy/, inspo_state.json}` — naming, the
-newest, atomic writes, retention and reading the saved state. It knows files, not what the state means or how a
+"""The checkpoint layout of a run directory: `checkpoints/step-NNNNNN/{policy/, inspo_state.json, training/}` — naming,
+the newest, atomic writes, retention (of checkpoints, and of the optimizer state only resuming needs), sizes and
+reading the saved state. It knows files, not what the state means or how a
 backend writes its policy; it imports nothing of the engine, so the web app can read a checkpoint cheaply.
 """
 
@@ -20,6 +21,9 @@ POLICY_DIR = "policy"
 """Inside a checkpoint: the policy as a Hugging Face directory (what users download and `eval` loads)."""
 CHECKPOINT_NAME = re.compile(r"^step-\d+$")
 """A checkpoint directory's name."""
+OPTIMIZER_DIR = "training"
+"""Inside a checkpoint: the backend's optimizer, scheduler and rng state, which only resuming needs (a backend that
+keeps these elsewhere, as verl does, writes none)."""
 PARTIAL_SUFFIX = ".partial"
 """A checkpoint being written: renamed to its own name once complete."""
 
@@ -53,25 +57,49 @@ def latest_checkpoint(out_dir: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def write_checkpoint(directory: Path, state: Mapping[str, Any], write_policy: Callable[[Path], None]) -> int:
+def write_checkpoint(
+    directory: Path, state: Mapping[str, Any], write_policy: Callable[[Path], None], *, optimizer_state: bool = True
+) -> int:
     """Write a checkpoint atomically: `write_policy` and the state go into `<directory>.partial`, which then
-    replaces `directory`; a crash leaves the previous checkpoint of that step or none, never half of one. Returns
-    the checkpoint's size in bytes."""
+    replaces `directory`; a crash leaves the previous checkpoint of that step or none, never half of one. Without
+    `optimizer_state` the backend's `training/` is left out. Returns the checkpoint's size in bytes."""
     partial = directory.with_name(directory.name + PARTIAL_SUFFIX)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     write_policy(partial)
+    if not optimizer_state:
+        shutil.rmtree(partial / OPTIMIZER_DIR, ignore_errors=True)
     (partial / STATE_FILE).write_text(json.dumps(state), encoding="utf-8")
     shutil.rmtree(directory, ignore_errors=True)
     partial.rename(directory)
-    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file())
+    return directory_bytes(directory)
+
+
+def directory_bytes(directory: Path) -> int:
+    """The bytes of the regular files under `directory` (0 when it does not exist); links are not followed."""
+    return sum(f.stat().st_size for f in directory.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def complete_checkpoints(out_dir: Path) -> list[Path]:
+    """Every checkpoint directory under out_dir that is not being written, oldest first."""
+    return sorted(p for p in (out_dir / CHECKPOINTS_DIR).glob("step-*") if not p.name.endswith(PARTIAL_SUFFIX))
 
 
 def drop_old_checkpoints(out_dir: Path, keep_last: int) -> None:
     """Delete all but the newest `keep_last` checkpoints (0 keeps every one)."""
-    found = sorted(p for p in (out_dir / CHECKPOINTS_DIR).glob("step-*") if not p.name.endswith(PARTIAL_SUFFIX))
+    found = complete_checkpoints(out_dir)
     for old in found[:-keep_last] if keep_last else []:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def drop_optimizer_state(out_dir: Path, keep: int) -> list[Path]:
+    """Delete the optimizer state (`training/`) of every checkpoint but the newest `keep` (0: of every one); the
+    policies and states stay. Returns the checkpoints it was deleted from."""
+    found = complete_checkpoints(out_dir)
+    dropped = [p for p in (found[:-keep] if keep else found) if (p / OPTIMIZER_DIR).is_dir()]
+    for checkpoint in dropped:
+        shutil.rmtree(checkpoint / OPTIMIZER_DIR, ignore_errors=True)
+    return dropped
 
 
 def read_state(directory: Path) -> dict[str, Any]:

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from .backends.base import PolicyBackend
-from .checkpoints import checkpoint_path, drop_old_checkpoints, read_state, write_checkpoint
+from .checkpoints import (
+    OPTIMIZER_DIR,
+    checkpoint_path,
+    complete_checkpoints,
+    directory_bytes,
+    drop_old_checkpoints,
+    drop_optimizer_state,
+    read_state,
+    write_checkpoint,
+)
 from .config import RunConfig
 from .control import ControlChannel, NoControl, Steering
 from .env.rewards import exact_match, is_valid_format
@@ -285,7 +294,7 @@ class CoEvolution:
         step = self.progress.step
         if status == "finished" and self.eval_sets:
             self._evaluate(step)
-        checkpoint = self.save_checkpoint() if self.out_dir else None
+        checkpoint = self.save_checkpoint(resumable=status != "finished") if self.out_dir else None
         best = self.population.best()
         self.sink.emit(
             RunFinished(
@@ -379,6 +388,7 @@ class CoEvolution:
             "replay": self.replay.to_state(),
             "budget": evolution.budget.to_state(),
             "rngs": {"sample": _rng_state(self.sample_rng), "replay": _rng_state(self.replay_rng)},
+            "diversity": evolution.diversity_state(),
             "control": self.steering.to_state(),
         }
 
@@ -398,20 +408,33 @@ class CoEvolution:
         self.evolution.budget = OptimizerBudget.from_state(state["budget"])
         self.sample_rng.setstate(_rng_from_state(state["rngs"]["sample"]))
         self.replay_rng.setstate(_rng_from_state(state["rngs"]["replay"]))
+        self.evolution.load_diversity_state(state.get("diversity"))
         self.steering.load_state(state.get("control", {}))
 
-    def save_checkpoint(self) -> Path:
+    def save_checkpoint(self, *, resumable: bool = True) -> Path:
         """The backend's policy and this loop's state as the checkpoint of the current step (see `checkpoints`);
-        older ones beyond keep_last are deleted."""
+        older ones beyond keep_last are deleted, and with optimizer_state 'latest' only the newest checkpoint of a
+        run that can still resume keeps the optimizer state (`resumable` False: the run ran all its steps)."""
         assert self.out_dir is not None, "no out_dir to save checkpoints in"
-        step = self.progress.step
+        step, retention = self.progress.step, self.config.checkpoint
         if not self.owns_run():
             raise RunSuperseded(f"another process owns this run now; the checkpoint of step {step} is not written")
         self._stage(step, "checkpoint")
         directory = checkpoint_path(self.out_dir, step)
-        size = write_checkpoint(directory, self.state(), self.backend.save)
-        self.sink.emit(CheckpointSaved(step=step, path=str(directory), bytes=size))
-        drop_old_checkpoints(self.out_dir, self.config.checkpoint.keep_last)
+        keep_optimizer = resumable or retention.optimizer_state == "all"
+        size = write_checkpoint(directory, self.state(), self.backend.save, optimizer_state=keep_optimizer)
+        drop_old_checkpoints(self.out_dir, retention.keep_last)
+        if retention.optimizer_state == "latest":
+            drop_optimizer_state(self.out_dir, keep=1 if keep_optimizer else 0)
+        self.sink.emit(
+            CheckpointSaved(
+                step=step,
+                path=str(directory),
+                bytes=size,
+                optimizer_bytes=directory_bytes(directory / OPTIMIZER_DIR),
+                disk_bytes=sum(directory_bytes(p) for p in complete_checkpoints(self.out_dir)),
+            )
+        )
         return directory
 
     def load_checkpoint(self, directory: Path) -> None:

@@ -146,6 +146,53 @@ class PopulationChanged(Event):
 
 
 @dataclass(frozen=True)
+class PopulationDiversity(Event):
+    """How alike the living instructions are, measured at each population record (same step and reason as its
+    PopulationChanged): pairwise embedding cosine, word-set Jaccard overlap, distinct strategies and the entropy of
+    the sampling distribution (see `diversity`). Pairwise measures are None for a population of one."""
+
+    kind: ClassVar[str] = "population_diversity"
+    step: int
+    reason: str
+    size: int
+    cosine_mean: float | None
+    cosine_min: float | None
+    cosine_max: float | None
+    jaccard_mean: float | None
+    strategies: int
+    entropy: float
+    entropy_normalised: float | None
+
+
+@dataclass(frozen=True)
+class PopulationCollapsed(Event):
+    """The population has looked collapsed (`reasons`: 'cosine', every pair at least `collapse_cosine` alike;
+    'entropy', normalised sampling entropy at most `collapse_entropy`) at every record of `steps` consecutive steps
+    since `since_step`."""
+
+    kind: ClassVar[str] = "population_collapsed"
+    step: int
+    since_step: int
+    steps: int
+    reasons: list[str]
+    cosine_min: float | None
+    entropy_normalised: float | None
+    collapse_cosine: float
+    collapse_entropy: float
+
+
+@dataclass(frozen=True)
+class PopulationRecovered(Event):
+    """A collapsed population (since `since_step`) no longer looks collapsed."""
+
+    kind: ClassVar[str] = "population_recovered"
+    step: int
+    since_step: int
+    cosine_min: float | None
+    entropy_normalised: float | None
+
+
+@dataclass(frozen=True)
 class InstructionProposed(Event):
     """One optimizer call: the parent, what it was shown, its critique and candidates."""
 
@@ -246,6 +293,10 @@ class CheckpointSaved(Event):
     step: int
     path: str
     bytes: int
+    optimizer_bytes: int = 0
+    """Of `bytes`, the optimizer state that only resuming needs (0: this checkpoint keeps none)."""
+    disk_bytes: int = 0
+    """Every checkpoint of the run on disk once retention ran after this one."""
 
 
 @dataclass(frozen=True)
@@ -283,6 +334,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         StepCompleted,
         TrajectoriesSampled,
         PopulationChanged,
+        PopulationDiversity,
+        PopulationCollapsed,
+        PopulationRecovered,
         InstructionProposed,
         InstructionVerified,
         InstructionPruned,

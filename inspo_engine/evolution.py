@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import random
 import statistics
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from .backends.base import PolicyBackend
 from .config import RunConfig
+from .diversity import DiversityTracker
 from .events import (
     BudgetExhausted,
     CandidateInfo,
@@ -81,6 +83,17 @@ class Evolution:
         self.budget = OptimizerBudget(max_calls=config.optimizer.max_calls, max_tokens=config.optimizer.max_tokens)
         self.budget_reported = False
         self.rounds = 0
+        pop = config.population
+        self.diversity = (
+            DiversityTracker(
+                strategy_cosine=pop.strategy_cosine,
+                collapse_cosine=pop.collapse_cosine,
+                collapse_entropy=pop.collapse_entropy,
+                collapse_steps=pop.collapse_steps,
+            )
+            if pop.diversity
+            else None
+        )
 
     # -- population changes --------------------------------------------------------------------------------
 
@@ -109,11 +122,26 @@ class Evolution:
         self.sink.emit(InstructionPruned(step=step, instruction_id=instruction.id, weight=weight, reason=reason))
 
     def emit_population(self, step: int, reason: str) -> None:
+        """The population as it is now (PopulationChanged), then how diverse it is and whether it collapsed."""
         self.sink.emit(
             PopulationChanged(
                 step=step, reason=reason, members=self.population.snapshot(), best_id=self.population.best().id
             )
         )
+        if self.diversity is not None:
+            members, probabilities = self.population.members, self.population.probabilities()
+            texts = [m.text for m in members]
+            for event in self.diversity.observe(step, reason, texts, [probabilities[m.id] for m in members]):
+                self.sink.emit(event)
+
+    def diversity_state(self) -> dict[str, Any] | None:
+        """The collapse alarm's count of steps, for the run's saved state."""
+        return self.diversity.monitor.to_state() if self.diversity is not None else None
+
+    def load_diversity_state(self, state: Mapping[str, Any] | None) -> None:
+        """Restore `diversity_state` (a state saved without one starts the count afresh)."""
+        if self.diversity is not None and state:
+            self.diversity.monitor.load_state(state)
 
     def initialise(self) -> None:
         """Seed, then the user's instructions, then optimizer paraphrases of the seed up to the population size."""

@@ -76,6 +76,16 @@ def _encoder(model_path: str, device: str | None) -> SentenceTransformer:
     return SentenceTransformer(model_path, device=device, local_files_only=True)
 
 
+def embed_texts(
+    texts: Sequence[str], *, model_path: Path | None = None, device: str | None = None
+) -> npt.NDArray[np.float32]:
+    """Unit-length sentence embeddings of `texts` with the dense retriever's model (all-MiniLM-L6-v2 by default),
+    the same loaded model object the retriever uses when both name the same model and device."""
+    model = _encoder(str(model_path or default_model_path()), device)
+    vectors = model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
 class DenseRetriever:
     """Cosine similarity of sentence embeddings over a faiss flat inner-product index.
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from ...checkpoints import OPTIMIZER_DIR
 from ...config import RunConfig
 from ...env.protocol import Retriever
 from ...env.rewards import REWARDS, exact_match
@@ -22,7 +23,7 @@ from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample
 
 GENERATOR_FILE = "rollout_generator.pt"
-TRAINING_DIR = "training"
+TRAINING_DIR = OPTIMIZER_DIR
 
 
 class TorchBackend:
@@ -98,6 +99,11 @@ class TorchBackend:
         torch.save(self.generator.get_state(), directory / TRAINING_DIR / GENERATOR_FILE)
 
     def load(self, directory: Path) -> None:
+        if not (directory / TRAINING_DIR).is_dir():
+            raise FileNotFoundError(
+                f"{directory} keeps no optimizer state ({TRAINING_DIR}/): only the newest checkpoint of a run that "
+                "can still resume has it (checkpoint.optimizer_state 'latest'); resume from that one"
+            )
         self.trainer.load(directory / POLICY_DIR, state_dir=directory / TRAINING_DIR)
         self.generator.set_state(torch.load(directory / TRAINING_DIR / GENERATOR_FILE, weights_only=True))
 
