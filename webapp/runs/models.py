@@ -386,3 +386,59 @@ class RunNote(models.Model):
     class Meta:
         ordering = ("run", "time", "id")
         indexes = (models.Index(fields=["run", "step"], name="note_run_step"),)
+
+
+class Heatmap(models.Model):
+    """An instruction × checkpoint evaluation of a run: each chosen instruction answers the same benchmark sample
+    greedily with each chosen checkpoint's policy, one HeatmapCell per pair; cells fill in as they are scored."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heatmaps")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    benchmark = models.CharField(max_length=1000, help_text="'builtin' or a FlashRAG file in the team's data.")
+    sample_size = models.IntegerField(help_text="Questions of the benchmark's test split answered in every cell.")
+    sample_seed = models.BigIntegerField(default=0, help_text="Draws the sample: same seed and size, same questions.")
+    question_ids = models.JSONField(default=list, blank=True, help_text="The sample, once the worker drew it.")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="When the broker accepted its task.")
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) it.")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = (models.Index(fields=["run", "-created_at"], name="heatmap_run_created"),)
+
+    def __str__(self) -> str:
+        return f"heatmap {self.pk} ({self.status})"
+
+
+class HeatmapCell(models.Model):
+    """One instruction answering the heatmap's sample with one checkpoint's policy: EM, F1 and every answer;
+    empty until the worker scores it."""
+
+    heatmap = models.ForeignKey(Heatmap, on_delete=models.CASCADE, related_name="cells")
+    instruction = models.ForeignKey(Instruction, on_delete=models.CASCADE, related_name="heatmap_cells")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="heatmap_cells")
+    row = models.IntegerField(help_text="The instruction's row, from 0 (the order asked).")
+    column = models.IntegerField(help_text="The checkpoint's column, from 0 (step order).")
+    em = models.FloatField(null=True, blank=True)
+    f1 = models.FloatField(null=True, blank=True)
+    answered = models.FloatField(null=True, blank=True, help_text="Share of answers that ended in <answer>.")
+    n = models.IntegerField(default=0, help_text="Questions answered.")
+    trajectories = models.JSONField(default=list, blank=True, help_text="Every greedy answer (Trajectory.to_dict).")
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("heatmap", "row", "column")
+        constraints = (
+            models.UniqueConstraint(fields=["heatmap", "instruction", "checkpoint"], name="one_cell_per_pair"),
+        )
