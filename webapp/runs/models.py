@@ -207,6 +207,56 @@ class PopulationMember(models.Model):
         ordering = ("snapshot", "-weight")
 
 
+class DiversityRecord(models.Model):
+    """How alike the population was at one of its records (a step's end, a prune, an evolution): the engine's
+    population_diversity event. Pairwise measures are empty for a population of one."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="diversity")
+    step = models.IntegerField()
+    reason = models.CharField(max_length=32)
+    size = models.IntegerField(help_text="Living instructions.")
+    cosine_mean = models.FloatField(null=True, blank=True, help_text="Mean pairwise cosine of the embeddings.")
+    cosine_min = models.FloatField(null=True, blank=True)
+    cosine_max = models.FloatField(null=True, blank=True)
+    jaccard_mean = models.FloatField(null=True, blank=True, help_text="Mean pairwise Jaccard overlap of word sets.")
+    strategies = models.IntegerField(help_text="Groups of instructions at least strategy_cosine alike.")
+    entropy = models.FloatField(help_text="Shannon entropy (nats) of the sampling distribution.")
+    entropy_normalised = models.FloatField(null=True, blank=True, help_text="The entropy divided by ln N.")
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ("run", "step", "id")
+        indexes = (models.Index(fields=["run", "step"], name="diversity_run_step"),)
+
+
+class PopulationAlarm(models.Model):
+    """The population collapsed: from which step, why, when the engine said so and when it recovered, and who of the
+    team acknowledged it (an acknowledged alarm no longer shows its banner)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="alarms")
+    step = models.IntegerField(help_text="The step the alarm tripped at.")
+    since_step = models.IntegerField(help_text="The first of the consecutive collapsed steps.")
+    reasons = models.JSONField(default=list, help_text="cosine and/or entropy.")
+    cosine_min = models.FloatField(null=True, blank=True)
+    entropy_normalised = models.FloatField(null=True, blank=True)
+    collapse_cosine = models.FloatField(help_text="The run's threshold on every pair's cosine.")
+    collapse_entropy = models.FloatField(help_text="The run's threshold on the normalised sampling entropy.")
+    cleared_step = models.IntegerField(null=True, blank=True, help_text="When it recovered (empty: still collapsed).")
+    acknowledged_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    acknowledged_at = models.DateTimeField(null=True, blank=True)
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ("run", "step", "id")
+        indexes = (models.Index(fields=["run", "step"], name="alarm_run_step"),)
+
+    @property
+    def active(self) -> bool:
+        return self.cleared_step is None
+
+
 class StepMetric(models.Model):
     """One step's metrics: reward, agent behaviour, the policy update's statistics and timings."""
 
@@ -261,7 +311,13 @@ class Trajectory(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A saved checkpoint; `sha256` is the digest of its policy directory's archive as the API streams it."""
+    """A saved checkpoint; `sha256` is the digest of its archive as the API streams it (the policy and the loop's
+    state at that step), `optimizer_sha256` of the archive that also holds the optimizer state."""
+
+    LAYOUT_POLICY = 1
+    """The archive holds policy/'s files alone (checkpoints stored before archives carried the population)."""
+    LAYOUT_CHECKPOINT = 2
+    """The archive is the checkpoint as on disk: inspo_state.json and policy/ (and training/ when asked)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     step = models.IntegerField()
@@ -271,6 +327,14 @@ class Checkpoint(models.Model):
     sha256 = models.CharField(max_length=64, blank=True)
     files = models.JSONField(default=list, help_text="[{name, bytes, sha256}] of the policy directory.")
     available = models.BooleanField(default=True, help_text="False once the engine deleted it (keep_last).")
+    layout = models.IntegerField(default=LAYOUT_CHECKPOINT, help_text="What the archive holds: 1 policy/ only, 2 all.")
+    optimizer_bytes = models.BigIntegerField(default=0, help_text="Of `bytes`, the optimizer state (training/).")
+    optimizer_archive_bytes = models.BigIntegerField(default=0, help_text="The archive with the optimizer state.")
+    optimizer_sha256 = models.CharField(max_length=64, blank=True)
+    optimizer_available = models.BooleanField(
+        default=False, help_text="False once the engine dropped the optimizer state (only the newest keeps it)."
+    )
+    disk_bytes = models.BigIntegerField(default=0, help_text="Every checkpoint of the run on disk after this one.")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
