@@ -17,6 +17,7 @@ from ...env.protocol import Retriever
 from ...env.rewards import REWARDS, exact_match
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, UpdateResult
+from . import heap
 from .grpo import GRPOTrainer, group_advantages
 from .model import load_policy, pick_device, resolve_model
 from .rollout import RolloutEngine, RolloutSettings
@@ -41,6 +42,9 @@ class TorchBackend:
         score_batch: int = 32,
     ) -> None:
         self.device, dtype = pick_device(config.backend.device)
+        self.on_cpu = self.device.type == "cpu"
+        if self.on_cpu:
+            heap.pin_mmap_threshold()
         path = model_path or resolve_model(config.backend.model, cache_dir)
         model, tokenizer = load_policy(path, device=self.device, dtype=dtype)
         self.tokenizer = tokenizer
@@ -69,6 +73,7 @@ class TorchBackend:
         repeated = [r for r in requests for _ in range(group_size)]
         samples = self.engine.generate([(r.instruction, r.question) for r in repeated], generator=self.generator)
         flat = self._trajectories([r.instruction_id for r in repeated], [r.question for r in repeated], samples)
+        self._release()
         return [flat[i : i + group_size] for i in range(0, len(flat), group_size)]
 
     def update(self, groups: Sequence[Sequence[Trajectory]]) -> UpdateResult:
@@ -83,7 +88,9 @@ class TorchBackend:
             for t, advantage in zip(group, group_adv, strict=True)
             if t.payload is not None and t.payload.response_ids
         ]
-        return self.trainer.update(samples)
+        result = self.trainer.update(samples)
+        self._release()
+        return result
 
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
         """The training reward of one greedy rollout per question (verification's measure)."""
@@ -116,7 +123,13 @@ class TorchBackend:
             chunk = questions[start : start + self.score_batch]
             samples = self.engine.generate([(instruction, q) for q in chunk], greedy=True)
             out += self._trajectories(["eval"] * len(chunk), chunk, samples)
+        self._release()
         return out
+
+    def _release(self) -> None:
+        """After a stage, give the freed activations and caches back to the system (see `heap`)."""
+        if self.on_cpu:
+            heap.release()
 
     def _trajectories(
         self, instruction_ids: Sequence[str], questions: Sequence[Question], samples: Sequence[RolloutSample]
