@@ -656,10 +656,6 @@ def _paper() -> dict[str, Any]:
     }
 
 
-CPU_DEMO_SEED = SEED_INSTRUCTION.removesuffix(", for example <answer> Paris </answer>.") + "."
-"""The cpu-demo's seed: the Search-R1 instruction without its example answer, which a 135M policy copies into every
-reply it is unsure of ("Paris" for 103 of 195 test questions in a run seeded with it)."""
-
 CPU_DEMO_EXAMPLE = (
     "Always search before you answer. Reply in exactly this shape: <think> what I must find </think> <search> a "
     "short query </search>, then, once the passages arrive in <information> and </information>: <think> what the "
@@ -688,8 +684,7 @@ def _cpu_demo() -> dict[str, Any]:
         "population": {
             "population_size": 4,
             "prune_every": 4,
-            "seed_instruction": CPU_DEMO_SEED,
-            "initial_instructions": [f"{CPU_DEMO_SEED} {CPU_DEMO_EXAMPLE}"],
+            "initial_instructions": [f"{SEED_INSTRUCTION} {CPU_DEMO_EXAMPLE}"],
         },
         "evolution": {
             "evolve_every": 8,
