@@ -1,12 +1,14 @@
 """Evaluates a checkpoint (or a config's untrained model): its best instruction, its policy, and EM, F1, answer and
 format rates per benchmark. The CLI's `eval` and the web app's evaluation task both go through
-`evaluate_checkpoint`; it trains nothing and stores nothing.
+`evaluate_checkpoint`, the web app's heatmap task through `evaluate_grid` (several instructions × several
+checkpoints on one question sample); they train nothing and store nothing.
 """
 
 from __future__ import annotations
 
+import random
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -47,6 +49,57 @@ def evaluate_checkpoint(
     for name in benchmarks:
         trajectories = policy.answer(instruction, load_questions(name, split, limit=limit))
         yield BenchmarkResult(name, trajectories, answer_scores(trajectories))
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One cell of an instruction × checkpoint grid: the instruction's greedy answers with the policy of the
+    checkpoint of `step`, and their scores (see `answer_scores`)."""
+
+    instruction_id: str
+    step: int
+    trajectories: list[Trajectory]
+    scores: dict[str, float]
+
+
+def evaluate_grid(
+    load_policy: Callable[[Path], Answerer],
+    policies: Mapping[int, Path],
+    instructions: Mapping[str, str],
+    questions: Sequence[Question],
+    *,
+    skip: Collection[tuple[str, int]] = (),
+) -> Iterator[CellResult]:
+    """Every instruction (id → text) answered greedily on the same `questions` by the policy of every checkpoint
+    (step → its `policy/` directory): checkpoint by checkpoint in step order, each policy loaded once, the
+    instructions in their given order. Each cell is yielded as soon as it is scored, so a caller can store it and a
+    failure loses only the cell in progress. Cells in `skip` (instruction id, step) are not answered again, and a
+    checkpoint whose cells are all skipped is not loaded."""
+    for step in sorted(policies):
+        todo = [(key, text) for key, text in instructions.items() if (key, step) not in skip]
+        if not todo:
+            continue
+        policy = load_policy(policies[step])
+        for key, text in todo:
+            trajectories = policy.answer(text, questions)
+            yield CellResult(key, step, trajectories, answer_scores(trajectories))
+        del policy  # the next checkpoint's weights load after this one's are released
+
+
+def sample_questions(questions: Sequence[Question], size: int, *, seed: int) -> list[Question]:
+    """`size` of the questions drawn without replacement by `seed` (all of them when there are no more), in the
+    benchmark's order: the same benchmark, size and seed give the same questions, so results on them compare.
+
+    >>> qs = [Question(str(i), f"q{i}", ("a",)) for i in range(10)]
+    >>> [q.id for q in sample_questions(qs, 4, seed=1)] == [q.id for q in sample_questions(qs, 4, seed=1)]
+    True
+    >>> len(sample_questions(qs, 4, seed=1)), len(sample_questions(qs, 40, seed=1))
+    (4, 10)
+    """
+    if size >= len(questions):
+        return list(questions)
+    picked = sorted(random.Random(seed).sample(range(len(questions)), size))
+    return [questions[i] for i in picked]
 
 
 def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
