@@ -43,8 +43,6 @@ class TorchBackend:
     ) -> None:
         self.device, dtype = pick_device(config.backend.device)
         self.on_cpu = self.device.type == "cpu"
-        if self.on_cpu:
-            heap.pin_mmap_threshold()
         path = model_path or resolve_model(config.backend.model, cache_dir)
         model, tokenizer = load_policy(path, device=self.device, dtype=dtype)
         self.tokenizer = tokenizer
