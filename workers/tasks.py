@@ -1,6 +1,7 @@
-"""Celery tasks: train a run, evaluate a checkpoint, and the periodic sweep (lost and stalled runs, lost
-evaluations, rows the broker never received). Each takes ids only and calls one function of `workers.training`,
-`workers.evaluation` or `webapp.runs.lifecycle`; time limits come from settings.
+"""Celery tasks: train a run, evaluate a checkpoint, evaluate an instruction × checkpoint heatmap, and the periodic
+sweep (lost and stalled runs, lost evaluations, rows the broker never received). Each takes ids only and calls one
+function of `workers.training`, `workers.evaluation`, `workers.heatmap` or `webapp.runs.lifecycle`; time limits
+come from settings.
 
 The worker's signals: a warm shutdown (SIGTERM or Ctrl-C to the main process) and a SIGTERM to a pool's child
 both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); a worker
@@ -20,6 +21,7 @@ from webapp.config.celery import app
 from webapp.runs import lifecycle
 
 from .evaluation import evaluation_execute
+from .heatmap import heatmap_execute
 from .liveness import mark_pool_child, request_shutdown, sigterm_asks_to_stop
 from .training import run_execute
 
@@ -54,6 +56,19 @@ def run_training(self: Task, run_id: str) -> str:
 def evaluate(self: Task, request_id: int) -> str:
     with sigterm_asks_to_stop():
         return evaluation_execute(request_id=request_id, worker=self.request.hostname or "")
+
+
+@app.task(
+    bind=True,
+    name="workers.tasks.evaluate_heatmap",
+    acks_late=True,
+    autoretry_for=TRANSIENT,
+    retry_backoff=5,
+    max_retries=3,
+)
+def evaluate_heatmap(self: Task, heatmap_id: int) -> str:
+    with sigterm_asks_to_stop():
+        return heatmap_execute(heatmap_id=heatmap_id, worker=self.request.hostname or "")
 
 
 @app.task(name="workers.tasks.sweep")

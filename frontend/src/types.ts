@@ -240,3 +240,82 @@ export interface BestInstruction {
   instruction: BestInstructionDetail;
   config: Record<string, unknown>;
 }
+
+/** An instruction of a heatmap (a row); `retired_step` is null while it lives. */
+export interface HeatmapRow {
+  id: string;
+  text: string;
+  origin: string;
+  retired_step: number | null;
+}
+
+/** A checkpoint of a heatmap (a column). */
+export interface HeatmapColumn {
+  step: number;
+  checkpoint_id: number;
+}
+
+/** One instruction with one checkpoint's policy; its scores are null until the worker has scored it. */
+export interface HeatmapCell {
+  id: number;
+  row: number;
+  column: number;
+  instruction_id: string;
+  step: number;
+  em: number | null;
+  f1: number | null;
+  answered: number | null;
+  n: number;
+  done: boolean;
+}
+
+export type HeatmapStatus = "queued" | "running" | "finished" | "failed";
+
+/** `GET runs/<id>/heatmaps/` (a list of these) and `runs/<id>/heatmaps/<heatmap id>/`. */
+export interface Heatmap {
+  id: number;
+  status: HeatmapStatus;
+  benchmark: string;
+  sample_size: number;
+  sample_seed: number;
+  questions: number | null;
+  answers: number;
+  cells_total: number;
+  cells_done: number;
+  requested_by: string | null;
+  error: string;
+  created_at: string;
+  started_at: string | null;
+  finished_at: string | null;
+  rows: HeatmapRow[];
+  columns: HeatmapColumn[];
+  cells: HeatmapCell[];
+  /** Per checkpoint step, the instructions tied for the best EM where some other one scored less. */
+  best: Record<string, string[]>;
+}
+
+/** `POST runs/<id>/heatmaps/` with `dry_run`: what it would evaluate and cost. */
+export interface HeatmapPreview {
+  dry_run: boolean;
+  instructions: string[];
+  steps: number[];
+  benchmark: string;
+  sample_size: number;
+  cells: number;
+  questions: number;
+  answers: number;
+  max_answers: number;
+}
+
+/** One greedy answer of a heatmap cell, with its own exact match and F1. */
+export interface HeatmapAnswer extends Trajectory {
+  question_id: string;
+  em: number;
+  f1: number;
+}
+
+/** `GET runs/<id>/heatmaps/<heatmap id>/cells/<cell id>/`. */
+export interface HeatmapCellDetail extends HeatmapCell {
+  instruction_text: string;
+  trajectories: HeatmapAnswer[];
+}

@@ -30,7 +30,7 @@ from tests.factories import (
     TrajectoryFactory,
 )
 from webapp.accounts.services import api_token_create
-from webapp.runs.models import Candidate, Run
+from webapp.runs.models import Candidate, Heatmap, HeatmapCell, Run
 
 EXAMPLES = 8
 """Generated requests per operation, mode and set of ids: the whole test stays well under a minute."""
@@ -44,13 +44,28 @@ CHECKS = [
     response_schema_conformance,
     negative_data_rejection,
 ]
+ANSWER = {
+    "instruction_id": "ins-0000",
+    "question_id": "q1",
+    "question": "Who?",
+    "golden_answers": ["you"],
+    "response": "<answer> me </answer>",
+    "answer": "me",
+    "reward": 0.0,
+    "tool_calls": 0,
+    "response_tokens": 4,
+    "error": None,
+    "em": 0.0,
+    "f1": 0.0,
+}
+"""A heatmap cell's answer as the worker stores it."""
 NOT_SERVED = {400, 404}
 """What a request on another team's run may get: 404, or 400 for input refused before the run is looked up."""
 
 
 def data_run(team, creator, path):
-    """A failed run with something in every table (an optimizer round with a candidate and failures included) and
-    a checkpoint on disk under `path`."""
+    """A failed run with something in every table (an optimizer round with a candidate and failures included, a
+    heatmap with a scored cell) and a checkpoint on disk under `path`."""
     run = RunFactory(team=team, creator=creator, status=Run.Status.FAILED)
     seed = InstructionFactory(run=run, key="ins-0000")
     evolution = EvolutionRoundFactory(
@@ -70,7 +85,19 @@ def data_run(team, creator, path):
     policy.mkdir(parents=True)
     (policy / "model.safetensors").write_bytes(b"\x00" * 1000)
     checkpoint = CheckpointFactory(run=run, step=2, path=str(policy.parent))
-    return {"run_id": str(run.pk), "checkpoint_id": checkpoint.pk}
+    heatmap = Heatmap.objects.create(run=run, benchmark="builtin", sample_size=1, status=Heatmap.Status.FINISHED)
+    cell = HeatmapCell.objects.create(
+        heatmap=heatmap,
+        instruction=seed,
+        checkpoint=checkpoint,
+        row=0,
+        column=0,
+        em=0.0,
+        f1=0.0,
+        n=1,
+        trajectories=[ANSWER],
+    )
+    return {"run_id": str(run.pk), "checkpoint_id": checkpoint.pk, "heatmap_id": heatmap.pk, "cell_id": cell.pk}
 
 
 @pytest.fixture
@@ -107,7 +134,7 @@ def api_schema(world):
 def fixed_values(operation, world):
     """What each round of generated requests keeps fixed, and whether it names another team's run: nothing
     (made-up ids), the ids of alice's run, those of bob's run; for the comparison, alice's two runs."""
-    names = {p.name for p in operation.path_parameters} & {"run_id", "checkpoint_id"}
+    names = {p.name for p in operation.path_parameters} & {"run_id", "checkpoint_id", "heatmap_id", "cell_id"}
     if operation.path.endswith("/compare/"):
         return [({}, False), ({"query": {"runs": world["compared"]}}, False)]
     if not names:

@@ -40,6 +40,17 @@ COMPONENT = {
     "RunSummary": "RunSummaryOutput",
     "BestInstructionDetail": "BestInstructionDetailOutput",
     "BestInstruction": "BestInstructionOutput",
+    "DiversitySeries": "DiversitySeriesOutput",
+    "DiversitySettings": "DiversitySettingsOutput",
+    "Alarm": "AlarmOutput",
+    "Diversity": "DiversityOutput",
+    "HeatmapRow": "HeatmapRowOutput",
+    "HeatmapColumn": "HeatmapColumnOutput",
+    "HeatmapCell": "HeatmapCellOutput",
+    "Heatmap": "HeatmapOutput",
+    "HeatmapPreview": "HeatmapPreviewOutput",
+    "HeatmapAnswer": "HeatmapAnswerOutput",
+    "HeatmapCellDetail": "HeatmapCellDetailOutput",
 }
 """Each TypeScript interface and the schema component it stands for."""
 

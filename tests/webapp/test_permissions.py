@@ -60,6 +60,7 @@ API_READS = [
     "api:run-best-instruction",
     "api:run-best-instruction-text",
     "api:run-export",
+    "api:run-heatmaps",
 ]
 
 # endpoint, body, the status the run needs for the action, what its team's owner gets
@@ -68,6 +69,7 @@ API_WRITES = [
     ("api:run-clone", {"name": "copy"}, Run.Status.FINISHED, 201),
     ("api:run-resume", None, Run.Status.FAILED, 200),
     ("api:run-evaluate", {"benchmarks": ["builtin"]}, Run.Status.FINISHED, 202),
+    ("api:run-heatmaps", {"sample_size": 2}, Run.Status.FINISHED, 202),
 ]
 
 
@@ -116,6 +118,11 @@ PAGE_WRITES = [
     ("runs:resume", {}, Run.Status.FAILED),
     ("runs:clone", {"name": "copy"}, Run.Status.FINISHED),
     ("runs:evaluate", {"benchmarks": "builtin"}, Run.Status.FINISHED),
+    (
+        "runs:heatmap",
+        {"instructions": "ins-0000", "steps": "2", "benchmark": "builtin", "sample_size": "2", "sample_seed": "0"},
+        Run.Status.FINISHED,
+    ),
 ]
 
 

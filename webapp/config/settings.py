@@ -334,6 +334,9 @@ else:
 INSPO_RUN_TIME_LIMIT_S = env_int("INSPO_RUN_TIME_LIMIT_S", 24 * 3600, minimum=60)
 """A run stops itself at a step boundary after this long, saves a checkpoint and fails as resumable."""
 INSPO_EVAL_TIME_LIMIT_S = env_int("INSPO_EVAL_TIME_LIMIT_S", 6 * 3600, minimum=60)
+"""An evaluation request or a heatmap is stopped (and failed) after this long; a heatmap keeps its scored cells."""
+INSPO_HEATMAP_MAX_ANSWERS = env_int("INSPO_HEATMAP_MAX_ANSWERS", 5000, minimum=1)
+"""The most greedy answers one instruction × checkpoint heatmap may cost: instructions × checkpoints × questions."""
 INSPO_HEARTBEAT_S = env_int("INSPO_HEARTBEAT_S", 30, minimum=1)
 """How often a worker running a run stamps its heartbeat."""
 INSPO_LOST_AFTER_S = env_int("INSPO_LOST_AFTER_S", 300, minimum=2)
@@ -369,6 +372,10 @@ CELERY_TASK_ANNOTATIONS = {
         "time_limit": INSPO_RUN_TIME_LIMIT_S + _SOFT_GRACE_S + _HARD_GRACE_S,
     },
     "workers.tasks.evaluate": {
+        "soft_time_limit": INSPO_EVAL_TIME_LIMIT_S,
+        "time_limit": INSPO_EVAL_TIME_LIMIT_S + _HARD_GRACE_S,
+    },
+    "workers.tasks.evaluate_heatmap": {
         "soft_time_limit": INSPO_EVAL_TIME_LIMIT_S,
         "time_limit": INSPO_EVAL_TIME_LIMIT_S + _HARD_GRACE_S,
     },

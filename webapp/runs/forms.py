@@ -13,6 +13,7 @@ from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
 
 from .configs import PRESET_NAMES, config_compose
+from .heatmaps import DEFAULT_SAMPLE_SIZE, DEFAULT_TOP_K, MAX_CHECKPOINTS, MAX_SAMPLE_SIZE, spread
 
 # form field -> the config path it sets
 CONFIG_FIELDS = {
@@ -166,3 +167,44 @@ class EvaluateForm(forms.Form):
 
     def clean_benchmarks(self) -> list[str]:
         return _tags(self.cleaned_data["benchmarks"])
+
+
+class HeatmapForm(forms.Form):
+    """An instruction × checkpoint heatmap from the run page: the instructions to score (checked: the heaviest
+    few), the checkpoints (checked: all on disk, spread beyond the most a heatmap takes), the benchmark and sample.
+    `instructions` are `heatmaps.heatmap_instruction_choices`; `steps` the checkpoint steps on disk."""
+
+    instructions = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, label="Instructions (rows)")
+    steps = forms.TypedMultipleChoiceField(
+        coerce=int, widget=forms.CheckboxSelectMultiple, label="Checkpoints (columns)"
+    )
+    benchmark = forms.CharField(initial="builtin", max_length=1000, help_text="'builtin' or a JSONL path.")
+    sample_size = forms.IntegerField(
+        initial=DEFAULT_SAMPLE_SIZE,
+        min_value=1,
+        max_value=MAX_SAMPLE_SIZE,
+        label="Questions",
+        help_text="Of the test split, the same in every cell.",
+    )
+    sample_seed = forms.IntegerField(initial=0, min_value=0, max_value=2**31 - 1, label="Sample seed")
+
+    def __init__(self, *args: Any, instructions: list[dict[str, Any]], steps: list[int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        rows, columns = self.fields["instructions"], self.fields["steps"]
+        assert isinstance(rows, forms.MultipleChoiceField) and isinstance(columns, forms.MultipleChoiceField)
+        rows.choices = [(c["id"], _instruction_label(c)) for c in instructions]
+        rows.initial = [c["id"] for c in instructions[:DEFAULT_TOP_K]]
+        columns.choices = [(step, f"step {step}") for step in steps]
+        columns.initial = spread(steps, MAX_CHECKPOINTS)
+
+
+def _instruction_label(choice: dict[str, Any]) -> str:
+    """`ins-0003 · weight 0.412 · living · Answer the question…`: what tells the instructions apart."""
+    parts = [choice["id"], "weight —" if choice["weight"] is None else f"weight {choice['weight']:.3f}"]
+    if choice["living"]:
+        parts.append("living")
+    elif choice["retired_step"] is not None:
+        parts.append(f"pruned at step {choice['retired_step']}")
+    text = " ".join(choice["text"].split())
+    parts.append(text if len(text) <= 70 else text[:70] + "…")
+    return " · ".join(parts)

@@ -23,12 +23,15 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from . import tasks
+from .heatmaps import heatmap_best_by_step
 from .models import (
     Candidate,
     Checkpoint,
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
+    Heatmap,
+    HeatmapCell,
     Instruction,
     PopulationSnapshot,
     Run,
@@ -184,9 +187,11 @@ def checkpoints_refresh(*, run_id: UUID | str, keep: str | None = None) -> int:
 def worker_restarted(*, worker: str) -> dict[str, int]:
     """A worker that starts again under the same name lost whatever it was running before: fail its runs and
     evaluations. Returns how many of each."""
+    lost_after_s = settings.INSPO_LOST_AFTER_S
     return {
-        "runs": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=worker),
-        "evaluations": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, worker=worker),
+        "runs": run_fail_lost(stale_after_s=lost_after_s, worker=worker),
+        "evaluations": evaluation_fail_lost(stale_after_s=lost_after_s, worker=worker)
+        + heatmap_fail_lost(stale_after_s=lost_after_s, worker=worker),
     }
 
 
@@ -310,13 +315,133 @@ def evaluation_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime |
 
 
 def sweep(*, now: datetime | None = None) -> dict[str, int]:
-    """Everything the periodic sweep does, with counts: lost runs, stalled runs, lost evaluations, and queued
-    rows sent again."""
+    """Everything the periodic sweep does, with counts: lost runs, stalled runs, lost evaluations (requests and
+    heatmaps), and queued rows sent again."""
     now = now or timezone.now()
     return {
         "runs_lost": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
         "runs_stalled": run_fail_stalled(stall_after_s=settings.INSPO_STALL_AFTER_S, now=now),
-        "evaluations_lost": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
+        "evaluations_lost": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now)
+        + heatmap_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
         "runs_resent": run_resend_unsent(now=now),
-        "evaluations_resent": evaluation_resend_unsent(now=now),
+        "evaluations_resent": evaluation_resend_unsent(now=now) + heatmap_resend_unsent(now=now),
     }
+
+
+# -- heatmaps: an instruction × checkpoint evaluation, cell by cell -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class HeatmapClaim:
+    """A worker's hold on a running heatmap."""
+
+    heatmap_id: int
+    worker: str
+
+    def held(self) -> QuerySet[Heatmap]:
+        running = Heatmap.objects.filter(pk=self.heatmap_id, status=Heatmap.Status.RUNNING)
+        return running.filter(worker=self.worker[:200])
+
+    def beat(self, *, stage: str, progress_at: datetime) -> bool:
+        return bool(self.held().update(heartbeat_at=timezone.now()))
+
+    def give_up(self, reason: str) -> bool:
+        return bool(heatmap_fail(heatmap_id=self.heatmap_id, reason=reason, worker=self.worker[:200]))
+
+    def __str__(self) -> str:
+        return f"heatmap {self.heatmap_id}"
+
+
+def heatmap_claim(*, heatmap_id: int, worker: str) -> HeatmapClaim | None:
+    """Take a queued heatmap (queued → running); None when another delivery got it first."""
+    now = timezone.now()
+    claimed = Heatmap.objects.filter(pk=heatmap_id, status=Heatmap.Status.QUEUED).update(
+        status=Heatmap.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200]
+    )
+    return HeatmapClaim(heatmap_id=heatmap_id, worker=worker) if claimed else None
+
+
+def heatmap_sample(claim: HeatmapClaim, question_ids: list[str]) -> bool:
+    """Record the questions every cell answers, if the claim still holds the heatmap."""
+    return bool(claim.held().update(question_ids=question_ids, heartbeat_at=timezone.now()))
+
+
+def heatmap_cell_store(
+    claim: HeatmapClaim, *, cell_id: int, scores: dict[str, float], trajectories: list[dict[str, Any]]
+) -> bool:
+    """Store one scored cell, if the claim still holds the heatmap (its row locked while the cell is written)."""
+    now = timezone.now()
+    with transaction.atomic():
+        if not claim.held().update(heartbeat_at=now):
+            return False
+        HeatmapCell.objects.filter(pk=cell_id, heatmap_id=claim.heatmap_id).update(
+            em=scores["em"],
+            f1=scores["f1"],
+            answered=scores.get("answered"),
+            n=len(trajectories),
+            trajectories=trajectories,
+            finished_at=now,
+        )
+    return True
+
+
+def heatmap_finish(claim: HeatmapClaim) -> bool:
+    """Mark the heatmap finished, with a `heatmap_finished` note naming the best instruction of each checkpoint,
+    if the claim still holds it."""
+    with transaction.atomic():
+        if not claim.held().update(status=Heatmap.Status.FINISHED, finished_at=timezone.now()):
+            return False
+        _heatmap_note(claim.heatmap_id, "heatmap_finished", best=heatmap_best_by_step(heatmap_id=claim.heatmap_id))
+    return True
+
+
+def heatmap_fail(*, heatmap_id: int, reason: str, **still: Any) -> int:
+    """Fail a queued or running heatmap with the reason (its scored cells stay), if it still is one (and matches
+    `still`), with a `heatmap_failed` note."""
+    with transaction.atomic():
+        failed = Heatmap.objects.filter(
+            pk=heatmap_id, status__in=(Heatmap.Status.QUEUED, Heatmap.Status.RUNNING), **still
+        ).update(status=Heatmap.Status.FAILED, error=reason[:10_000], finished_at=timezone.now())
+        if failed:
+            _heatmap_note(heatmap_id, "heatmap_failed", error=reason[:2000])
+    return failed
+
+
+def _heatmap_note(heatmap_id: int, kind: str, **payload: Any) -> None:
+    heatmap = Heatmap.objects.get(pk=heatmap_id)
+    cells = HeatmapCell.objects.filter(heatmap_id=heatmap_id)
+    RunNote.objects.create(
+        run_id=heatmap.run_id,
+        step=max(cells.values_list("checkpoint__step", flat=True), default=0),
+        kind=kind,
+        payload={"heatmap_id": heatmap_id, "cells_done": cells.filter(finished_at__isnull=False).count(), **payload},
+        time=timezone.now(),
+    )
+
+
+def heatmap_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
+    """Fail running heatmaps whose worker is gone (no heartbeat, or the worker restarted); their scored cells
+    stay."""
+    running = Heatmap.objects.filter(status=Heatmap.Status.RUNNING)
+    if worker:
+        return sum(
+            heatmap_fail(heatmap_id=pk, reason=f"worker lost: {worker} restarted; request it again", worker=worker)
+            for pk in running.filter(worker=worker).values_list("pk", flat=True)
+        )
+    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
+    return sum(
+        heatmap_fail(
+            heatmap_id=heatmap.pk,
+            reason=f"worker lost: no heartbeat since {heatmap.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC; request it again",
+            heartbeat_at__lt=cutoff,
+        )
+        for heatmap in running.filter(heartbeat_at__lt=cutoff)
+    )
+
+
+def heatmap_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None = None) -> int:
+    cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
+    unsent = Heatmap.objects.filter(
+        status=Heatmap.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=cutoff
+    ).select_related("run")
+    return sum(tasks.heatmap_send(heatmap) for heatmap in unsent)

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
-from .models import Checkpoint, EvaluationRequest, Run
+from .models import Checkpoint, EvaluationRequest, Heatmap, Run
 from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, SERIES_FIELDS, run_preset_diff
 
 ConfigOutput = serializers.DictField
@@ -382,3 +382,92 @@ class PresetsOutputSerializer(serializers.Serializer[Any]):
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         return {name: ConfigOutput() for name in PRESET_NAMES}
+
+
+# -- instruction × checkpoint heatmaps -----------------------------------------------------------------------------
+
+
+class HeatmapRowOutputSerializer(serializers.Serializer[Any]):
+    """An instruction of the heatmap (a row)."""
+
+    id = serializers.CharField()
+    text = serializers.CharField()
+    origin = serializers.CharField()
+    retired_step = serializers.IntegerField(allow_null=True, help_text="When it was pruned; null while it lives.")
+
+
+class HeatmapColumnOutputSerializer(serializers.Serializer[Any]):
+    """A checkpoint of the heatmap (a column)."""
+
+    step = serializers.IntegerField()
+    checkpoint_id = serializers.IntegerField()
+
+
+class HeatmapCellOutputSerializer(serializers.Serializer[Any]):
+    """One instruction with one checkpoint's policy on the heatmap's questions; the scores are null until done."""
+
+    id = serializers.IntegerField()
+    row = serializers.IntegerField(help_text="Index into `rows`.")
+    column = serializers.IntegerField(help_text="Index into `columns`.")
+    instruction_id = serializers.CharField()
+    step = serializers.IntegerField()
+    em = serializers.FloatField(allow_null=True)
+    f1 = serializers.FloatField(allow_null=True)
+    answered = serializers.FloatField(allow_null=True, help_text="Share of answers that ended in <answer>.")
+    n = serializers.IntegerField(help_text="Questions answered.")
+    done = serializers.BooleanField()
+
+
+class HeatmapOutputSerializer(serializers.Serializer[Any]):
+    """`heatmaps.heatmap_grid`: an instruction × checkpoint heatmap, its progress and its cells."""
+
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=Heatmap.Status.choices)
+    benchmark = serializers.CharField()
+    sample_size = serializers.IntegerField()
+    sample_seed = serializers.IntegerField()
+    questions = serializers.IntegerField(allow_null=True, help_text="Questions drawn; null until the worker starts.")
+    answers = serializers.IntegerField(help_text="Its cost: cells × questions.")
+    cells_total = serializers.IntegerField()
+    cells_done = serializers.IntegerField()
+    requested_by = serializers.CharField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    rows = HeatmapRowOutputSerializer(many=True, help_text="Instructions, in the order asked.")
+    columns = HeatmapColumnOutputSerializer(many=True, help_text="Checkpoints, by step.")
+    cells = HeatmapCellOutputSerializer(many=True, help_text="Row by row.")
+    best = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        help_text="Per checkpoint step, the instructions tied for the best EM where some other one scored less.",
+    )
+
+
+class HeatmapPreviewOutputSerializer(serializers.Serializer[Any]):
+    """What a heatmap request would evaluate and cost (`dry_run`); nothing is queued."""
+
+    dry_run = serializers.BooleanField()
+    instructions = serializers.ListField(child=serializers.CharField(), help_text="Rows, in order.")
+    steps = serializers.ListField(child=serializers.IntegerField(), help_text="Columns: checkpoint steps.")
+    benchmark = serializers.CharField()
+    sample_size = serializers.IntegerField()
+    cells = serializers.IntegerField()
+    questions = serializers.IntegerField(help_text="Per cell, at most (all of the test split when it is smaller).")
+    answers = serializers.IntegerField(help_text="cells × questions: the greedy answers the worker produces.")
+    max_answers = serializers.IntegerField(help_text="The most a heatmap may cost (INSPO_HEATMAP_MAX_ANSWERS).")
+
+
+class HeatmapAnswerOutputSerializer(TrajectoryOutputSerializer):
+    """One greedy answer of a cell, with its own exact match and F1."""
+
+    question_id = serializers.CharField()
+    em = serializers.FloatField()
+    f1 = serializers.FloatField()
+
+
+class HeatmapCellDetailOutputSerializer(HeatmapCellOutputSerializer):
+    """`heatmaps.heatmap_cell`: a cell and every answer it gave."""
+
+    instruction_text = serializers.CharField()
+    trajectories = HeatmapAnswerOutputSerializer(many=True)

@@ -15,12 +15,13 @@ from django.utils import timezone
 
 from webapp.config.celery import app
 
-from .models import EvaluationRequest, Run
+from .models import EvaluationRequest, Heatmap, Run
 
 log = logging.getLogger(__name__)
 
 TRAINING_TASK = "workers.tasks.run_training"
 EVALUATION_TASK = "workers.tasks.evaluate"
+HEATMAP_TASK = "workers.tasks.evaluate_heatmap"
 
 
 def training_enqueue(run: Run) -> None:
@@ -29,6 +30,10 @@ def training_enqueue(run: Run) -> None:
 
 def evaluation_enqueue(request: EvaluationRequest) -> None:
     transaction.on_commit(lambda: evaluation_send(request))
+
+
+def heatmap_enqueue(heatmap: Heatmap) -> None:
+    transaction.on_commit(lambda: heatmap_send(heatmap))
 
 
 def training_send(run: Run) -> int:
@@ -45,6 +50,15 @@ def evaluation_send(request: EvaluationRequest) -> int:
     EvaluationRequest.objects.filter(
         pk=request.pk, status=EvaluationRequest.Status.QUEUED, enqueued_at__isnull=True
     ).update(enqueued_at=timezone.now())
+    return 1
+
+
+def heatmap_send(heatmap: Heatmap) -> int:
+    if not _send_or_log(HEATMAP_TASK, [heatmap.pk], heatmap.run.queue):
+        return 0
+    Heatmap.objects.filter(pk=heatmap.pk, status=Heatmap.Status.QUEUED, enqueued_at__isnull=True).update(
+        enqueued_at=timezone.now()
+    )
     return 1
 
 

@@ -20,6 +20,13 @@ api_urlpatterns = [
     path("runs/<uuid:run_id>/evaluations/", apis.RunEvaluationsApi.as_view(), name="run-evaluations"),
     path("runs/<uuid:run_id>/trajectories/", apis.RunTrajectoriesApi.as_view(), name="run-trajectories"),
     path("runs/<uuid:run_id>/checkpoints/", apis.RunCheckpointsApi.as_view(), name="run-checkpoints"),
+    path("runs/<uuid:run_id>/heatmaps/", apis.RunHeatmapsApi.as_view(), name="run-heatmaps"),
+    path("runs/<uuid:run_id>/heatmaps/<int:heatmap_id>/", apis.RunHeatmapApi.as_view(), name="run-heatmap"),
+    path(
+        "runs/<uuid:run_id>/heatmaps/<int:heatmap_id>/cells/<int:cell_id>/",
+        apis.RunHeatmapCellApi.as_view(),
+        name="run-heatmap-cell",
+    ),
     path(
         "runs/<uuid:run_id>/checkpoints/<int:checkpoint_id>/archive/",
         apis.CheckpointArchiveApi.as_view(),
@@ -43,6 +50,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/clone/", views.run_clone, name="clone"),
     path("runs/<uuid:run_id>/resume/", views.run_resume, name="resume"),
     path("runs/<uuid:run_id>/evaluate/", views.run_evaluate, name="evaluate"),
+    path("runs/<uuid:run_id>/heatmaps/", views.run_heatmap, name="heatmap"),
     path("runs/<uuid:run_id>/trajectories/", views.run_trajectories, name="trajectories"),
     path("runs/<uuid:run_id>/lineage/", views.run_lineage, name="lineage"),
     path("compare/", views.run_compare, name="compare"),

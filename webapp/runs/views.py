@@ -24,9 +24,9 @@ from webapp.accounts.permissions import acting_user, role_of
 from webapp.accounts.selectors import team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 
-from . import selectors, services
+from . import heatmaps, selectors, services
 from .configs import PRESET_NAMES
-from .forms import CONFIG_FIELDS, CloneForm, EvaluateForm, RunForm, preset_field_texts
+from .forms import CONFIG_FIELDS, CloneForm, EvaluateForm, HeatmapForm, RunForm, preset_field_texts
 from .models import Run
 
 
@@ -156,8 +156,19 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "best": selectors.best_instruction(run=run),
         "clone_form": CloneForm(),
         "evaluate_form": EvaluateForm(),
+        **_heatmap_context(run),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _heatmap_choices(run: Run) -> dict[str, Any]:
+    steps = selectors.checkpoint_list(run=run).filter(available=True).values_list("step", flat=True)
+    return {"instructions": heatmaps.heatmap_instruction_choices(run=run), "steps": list(steps)}
+
+
+def _heatmap_context(run: Run) -> dict[str, Any]:
+    """The heatmap form (with the run's instructions and checkpoints to choose from) and the cost it may reach."""
+    return {"heatmap_form": HeatmapForm(**_heatmap_choices(run)), "heatmap_max_answers": heatmaps.max_answers()}
 
 
 def _can_act(user: Any, run: Run) -> bool:
@@ -303,3 +314,29 @@ def run_evaluate(request: HttpRequest, run_id: str) -> HttpResponse:
         )
 
     return _act(request, run, evaluate, "Evaluation queued.")
+
+
+@login_required
+@require_POST
+def run_heatmap(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run page's heatmap form: queue the heatmap (the same service as the API); the page draws it as it fills."""
+    user = acting_user(request)
+    run = selectors.run_get(user=user, run_id=run_id)
+    form = HeatmapForm(request.POST, **_heatmap_choices(run))
+    if not form.is_valid():
+        messages.error(request, _errors_text(form))
+        return redirect("runs:detail", run_id=run.pk)
+    data = form.cleaned_data
+
+    def request_heatmap() -> Any:
+        return heatmaps.heatmap_request(
+            run=run,
+            user=user,
+            instructions=data["instructions"],
+            steps=data["steps"],
+            benchmark=data["benchmark"],
+            sample_size=data["sample_size"],
+            sample_seed=data["sample_seed"],
+        )
+
+    return _act(request, run, request_heatmap, "Heatmap queued: its cells fill in as they are scored.")

@@ -14,6 +14,7 @@ import {
   type PopulationHistory,
   type RunDetail,
 } from "../types";
+import { heatmapSection } from "./heatmap";
 import { RunCharts, type ShareMode } from "./runCharts";
 
 /** Often enough to feel live, rare enough that a dozen open tabs do not load the server. */
@@ -28,6 +29,7 @@ interface RunData {
 
 export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   const runId = root.dataset.runId as string;
+  void heatmapSection(root, api);
   const charts = new RunCharts(root);
   const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
   const shareMode = byTestId<HTMLSelectElement>(root, "share-mode");
