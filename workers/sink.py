@@ -29,6 +29,7 @@ from webapp.runs.lifecycle import Attempt, checkpoints_refresh
 from webapp.runs.models import (
     Candidate,
     Checkpoint,
+    ControlRequest,
     Evaluation,
     EvolutionRound,
     Instruction,
@@ -51,6 +52,7 @@ NOTE_KINDS = {
     "evolution_completed",
     "optimizer_failed",
     "budget_exhausted",
+    "control_handled",
     "run_finished",
     "run_failed",
 }
@@ -137,6 +139,7 @@ class DatabaseSink:
             "instruction_proposed": self._on_instruction_proposed,
             "instruction_verified": self._on_instruction_verified,
             "instruction_pruned": self._on_instruction_pruned,
+            "control_handled": self._on_control_handled,
             "eval_completed": self._on_eval_completed,
             "checkpoint_saved": self._on_checkpoint_saved,
             "run_finished": self._on_run_finished,
@@ -259,6 +262,7 @@ class DatabaseSink:
             defaults={
                 "text": _clean(info.text),
                 "origin": info.origin,
+                "author": _clean(info.author or "")[:150],
                 "parent_id": self._instruction_pk(info.parent_id),
                 "birth_step": info.birth_step,
                 "verify_score": _finite(event.verify_score),
@@ -380,6 +384,17 @@ class DatabaseSink:
     def _on_instruction_pruned(self, event: ev.InstructionPruned, batch: _Batch) -> None:
         Instruction.objects.filter(run_id=self.run_id, key=event.instruction_id).update(
             retired_step=event.step, retired_reason=_clean(event.reason)[:200], retired_weight=_finite(event.weight)
+        )
+
+    def _on_control_handled(self, event: ev.ControlHandled, batch: _Batch) -> None:
+        """The request's outcome; the web app's request ids are its rows' primary keys."""
+        if not event.request_id.isdigit():
+            return
+        ControlRequest.objects.filter(run_id=self.run_id, pk=int(event.request_id)).update(
+            status=event.status if event.status in ControlRequest.Status.values else ControlRequest.Status.REJECTED,
+            outcome=_clean(event.message),
+            applied_at_step=event.step,
+            instruction_key=(event.instruction_id or "")[:32],
         )
 
     def _on_eval_completed(self, event: ev.EvalCompleted, batch: _Batch) -> None:

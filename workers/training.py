@@ -23,6 +23,7 @@ from webapp.runs.endpoints import RunAccess, run_access
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 
+from .control import ControlRelay, DatabaseControl
 from .liveness import Watchdog, shutdown_requested_at
 from .sink import DatabaseSink
 
@@ -125,6 +126,7 @@ def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, back
         backend=backend,
         retriever_policy=access.retriever_policy,
         optimizer_policy=access.optimizer_policy,
+        control=DatabaseControl(run.pk),
     )
     if checkpoint is not None:
         loop.load_checkpoint(Path(checkpoint.path))
@@ -148,6 +150,7 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     database, sink = _sinks(run, attempt, watchdog)
+    relay = ControlRelay(DatabaseControl(run.pk), run_out_dir(run))
     try:
         return verl_execute(
             access.config,
@@ -157,6 +160,7 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,
             on_start=started,
+            on_poll=relay.sync,
         )
     finally:
         database.flush()

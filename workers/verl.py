@@ -104,6 +104,7 @@ def verl_execute(
     grace_s: float | None = None,
     api_key: str | None = None,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    on_poll: Callable[[], None] = lambda: None,
 ) -> Outcome:
     """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
     checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
@@ -112,13 +113,15 @@ def verl_execute(
 
     The job starts with a minimal environment (`job_environment`): the optimizer's `api_key` if it needs one,
     the GPU and Ray variables, INSPO_VERL_ENV_PASSTHROUGH; nothing else of the worker's (no database URL, no
-    Django secret, no other key)."""
+    Django secret, no other key). `on_poll` runs before the job starts and at every poll (the worker relays the
+    run's control requests to the job's control file)."""
     poll = float(settings.INSPO_VERL_POLL_S if poll_s is None else poll_s)
     grace = float(settings.INSPO_VERL_GRACE_S if grace_s is None else grace_s)
     cluster = Cluster(n_gpus_per_node=settings.INSPO_VERL_GPUS_PER_NODE, nnodes=settings.INSPO_VERL_NNODES)
     job = prepare(config, out_dir, cluster=cluster, resume_step=resume_step)
     tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
     env = job_environment(api_key=api_key, extra=tuple(settings.INSPO_VERL_ENV_PASSTHROUGH))
+    on_poll()
     with (out_dir / LOG_FILE).open("ab") as output:
         process = subprocess.Popen(
             job_command(job), stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True
@@ -126,7 +129,7 @@ def verl_execute(
         log.info("verl job %s started for %s: %s", process.pid, out_dir, " ".join(job_command(job)))
         if on_start is not None:
             on_start(process)
-        finished, killed = _follow(process, tail, job, sink, should_stop, poll, grace)
+        finished, killed = _follow(process, tail, job, sink, should_stop, poll, grace, on_poll)
     if finished is not None:
         return Outcome(finished.status, finished.step)
     if killed:
@@ -144,6 +147,7 @@ def _follow(
     should_stop: Callable[[], bool],
     poll: float,
     grace: float,
+    on_poll: Callable[[], None],
 ) -> tuple[ev.RunFinished | None, bool]:
     """Forward events until the job exits; returns its RunFinished (if any) and whether it had to be killed."""
     finished: ev.RunFinished | None = None
@@ -157,6 +161,7 @@ def _follow(
                 finished = event if isinstance(event, ev.RunFinished) else finished
             if exited:
                 return finished, killed
+            on_poll()
             if stop_requested is None and should_stop():
                 job.stop_file.touch()
                 stop_requested = time.monotonic()

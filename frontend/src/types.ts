@@ -111,6 +111,8 @@ export interface LineageNode {
   id: string;
   text: string;
   origin: string;
+  author: string | null;
+  pinned: boolean;
   parent_id: string | null;
   birth_step: number;
   verify_score: number | null;

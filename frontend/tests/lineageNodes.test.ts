@@ -6,6 +6,8 @@ const node = (id: string, parent_id: string | null, retired_step: number | null 
   id,
   text: `text of ${id}`,
   origin: parent_id ? "reflection" : "seed",
+  author: null,
+  pinned: false,
   parent_id,
   birth_step: parent_id ? 2 : 0,
   verify_score: null,

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from inspo_engine.config import MAX_INSTRUCTION_CHARS
 from webapp.accounts.models import Team, User
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_get, team_list
@@ -29,11 +30,12 @@ from webapp.core.text import has_nul
 from . import heatmaps, selectors, services
 from .archives import checkpoint_archive
 from .configs import PRESET_NAMES, config_compose
-from .models import Run
+from .models import ControlRequest, Run
 from .outputs import (
     BestInstructionOutputSerializer,
     CheckpointOutputSerializer,
     ComparisonOutputSerializer,
+    ControlRequestOutputSerializer,
     EvaluationRequestOutputSerializer,
     EvaluationsOutputSerializer,
     ExportOutputSerializer,
@@ -63,6 +65,9 @@ class ConfigField(serializers.JSONField):
             raise serializers.ValidationError("NUL characters are not allowed")
         return value
 
+
+INSTRUCTION_ID = r"^ins-[0-9]{4,9}$"
+"""An engine instruction id."""
 
 TagsField = serializers.ListField(child=serializers.CharField(max_length=64), max_length=20, required=False)
 
@@ -515,6 +520,66 @@ class RunHeatmapCellApi(APIView):
         run = selectors.run_get(user=acting_user(request), run_id=run_id)
         heatmap = heatmaps.heatmap_get(run=run, heatmap_id=heatmap_id)
         return Response(HeatmapCellDetailOutputSerializer(heatmaps.heatmap_cell(heatmap=heatmap, cell_id=cell_id)).data)
+
+
+class RunControlApi(APIView):
+    """A run's control requests: steer its population while it is queued or running."""
+
+    class ControlInput(serializers.Serializer[Any]):
+        kind = serializers.ChoiceField(
+            choices=ControlRequest.Kind.choices,
+            help_text="inject a hand-written instruction; pin one so pruning never drops it; unpin it; retire one now.",
+        )
+        text = serializers.CharField(
+            required=False, max_length=MAX_INSTRUCTION_CHARS, help_text="inject only: the instruction."
+        )
+        verify = serializers.BooleanField(
+            required=False,
+            default=True,
+            help_text="inject only: verify it like the optimizer's candidates, against I* (false: skip verification "
+            "and join unscored).",
+        )
+        instruction_id = serializers.RegexField(
+            INSTRUCTION_ID, required=False, max_length=32, help_text="pin, unpin, retire: the instruction (ins-0003)."
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            inject = attrs["kind"] == ControlRequest.Kind.INJECT
+            needed, unwanted = ("text", "instruction_id") if inject else ("instruction_id", "text")
+            errors = {}
+            if needed not in attrs:
+                errors[needed] = [f"required for {attrs['kind']}"]
+            if unwanted in attrs:
+                errors[unwanted] = [f"not for {attrs['kind']}"]
+            if errors:
+                raise serializers.ValidationError(errors)
+            return attrs
+
+    @extend_schema(
+        responses={200: ControlRequestOutputSerializer(many=True), **error_responses(404)},
+        operation_id="runs_control_list",
+        description="The run's control requests, newest first: pending, or applied or rejected by the engine before "
+        "a step, with its outcome.",
+    )
+    def get(self, request: Request, run_id: str) -> Response:
+        user = acting_user(request)
+        run = selectors.run_get(user=user, run_id=run_id)
+        return Response(ControlRequestOutputSerializer(selectors.control_request_rows(run=run), many=True).data)
+
+    @extend_schema(
+        request=ControlInput,
+        responses={201: ControlRequestOutputSerializer, **error_responses(400, 403, 404, 409, 413)},
+        operation_id="runs_control_create",
+        description="Ask the engine to inject an instruction, or to pin, unpin or retire one, at its next step "
+        "boundary; the request is pending until then. 403 for a viewer; 409 unless the run is queued or running.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        user = acting_user(request)
+        data = self.ControlInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        run = selectors.run_get(user=user, run_id=run_id)
+        created = services.control_request_create(run=run, user=user, **data.validated_data)
+        return Response(ControlRequestOutputSerializer(selectors.control_request_row(created)).data, status=201)
 
 
 # -- downloads ---------------------------------------------------------------------------------------------------

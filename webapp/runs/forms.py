@@ -7,13 +7,14 @@ from typing import Any
 
 from django import forms
 
-from inspo_engine.config import RunConfig, field_value
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
 
 from .configs import PRESET_NAMES, config_compose
 from .heatmaps import DEFAULT_SAMPLE_SIZE, DEFAULT_TOP_K, MAX_CHECKPOINTS, MAX_SAMPLE_SIZE, spread
+from .models import ControlRequest
 
 # form field -> the config path it sets
 CONFIG_FIELDS = {
@@ -158,6 +159,22 @@ class CloneForm(ConfigFormMixin):
         data = super().clean() or {}
         data["tag_list"] = _tags(data.get("tags", "")) or None
         return data
+
+
+class ControlForm(forms.Form):
+    """A control request from the run page: the inject form, or a pin / unpin / retire button of an instruction."""
+
+    kind = forms.ChoiceField(choices=ControlRequest.Kind.choices, widget=forms.HiddenInput)
+    text = forms.CharField(
+        required=False,
+        max_length=MAX_INSTRUCTION_CHARS,
+        label="Instruction to inject",
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    skip_verification = forms.BooleanField(
+        required=False, label="Skip verification", help_text="It joins unscored instead of verified against I*."
+    )
+    instruction_id = forms.RegexField(r"^ins-[0-9]{4,9}$", required=False, widget=forms.HiddenInput)
 
 
 class EvaluateForm(forms.Form):

@@ -27,6 +27,7 @@ from .heatmaps import heatmap_best_by_step
 from .models import (
     Candidate,
     Checkpoint,
+    ControlRequest,
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
@@ -99,7 +100,9 @@ def run_claim(*, run_id: UUID | str, worker: str) -> Attempt | None:
 
 def run_discard_after(*, run: Run, step: int) -> None:
     """Before a resumed attempt trains from the checkpoint of `step`: drop what the lost attempt stored after it,
-    and bring back instructions retired after it, so the resumed steps write onto the state the checkpoint holds."""
+    and bring back instructions retired after it, so the resumed steps write onto the state the checkpoint holds.
+    Control requests it handled after that step are pending again, keeping the step: the engine replays each
+    before the same step."""
     with transaction.atomic():
         for model in (StepMetric, Trajectory, PopulationSnapshot, EvolutionRound, RunNote):
             model.objects.filter(run=run, step__gt=step).delete()
@@ -108,6 +111,9 @@ def run_discard_after(*, run: Run, step: int) -> None:
         Instruction.objects.filter(run=run, birth_step__gt=step).delete()
         Instruction.objects.filter(run=run, retired_step__gt=step).update(
             retired_step=None, retired_reason="", retired_weight=None
+        )
+        ControlRequest.objects.filter(run=run, applied_at_step__gt=step).update(
+            status=ControlRequest.Status.PENDING, outcome="", instruction_key=""
         )
         last = PopulationSnapshot.objects.filter(run=run).order_by("-step", "-id").values_list("best_id", flat=True)
         Run.objects.filter(pk=run.pk).update(step=step, best_instruction_id=last.first())
@@ -145,7 +151,13 @@ def run_settle(attempt: Attempt, *, status: str, error: str = "") -> bool:
         return False
     checkpoints_refresh(run_id=attempt.run_id)
     now = timezone.now()
-    return bool(attempt.held().update(status=status, error=error[:10_000], finished_at=now, heartbeat_at=now))
+    with transaction.atomic():
+        settled = bool(attempt.held().update(status=status, error=error[:10_000], finished_at=now, heartbeat_at=now))
+        if settled and status == Run.Status.FINISHED:
+            ControlRequest.objects.filter(run_id=attempt.run_id, status=ControlRequest.Status.PENDING).update(
+                status=ControlRequest.Status.REJECTED, outcome="the run finished before a step boundary took it"
+            )
+    return settled
 
 
 def run_fail(attempt: Attempt, reason: str) -> bool:

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
-from .models import Checkpoint, EvaluationRequest, Heatmap, Run
+from .models import Checkpoint, ControlRequest, EvaluationRequest, Heatmap, Run
 from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, SERIES_FIELDS, run_preset_diff
 
 ConfigOutput = serializers.DictField
@@ -110,6 +110,25 @@ class EvaluationRequestOutputSerializer(serializers.ModelSerializer[EvaluationRe
         read_only_fields = fields
 
 
+class ControlRequestOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.control_request_row`: a request to steer the run's population and what became of it."""
+
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=ControlRequest.Kind.choices)
+    text = serializers.CharField(allow_null=True, help_text="inject: the instruction.")
+    verify = serializers.BooleanField(allow_null=True, help_text="inject: verified against I* (false: joins unscored).")
+    instruction_id = serializers.CharField(
+        allow_null=True, help_text="The instruction it names (pin, unpin, retire) or added (an applied inject)."
+    )
+    author = serializers.CharField(help_text="Who asked.")
+    created_at = serializers.DateTimeField()
+    status = serializers.ChoiceField(choices=ControlRequest.Status.choices)
+    outcome = serializers.CharField(help_text="What the engine did with it, or why it refused (empty while pending).")
+    applied_at_step = serializers.IntegerField(
+        allow_null=True, help_text="The step it was handled before; a pending one keeps it when it will be replayed."
+    )
+
+
 class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
     class Meta:
         model = Checkpoint
@@ -174,7 +193,9 @@ class PopulationOutputSerializer(serializers.Serializer[Any]):
 class LineageNodeOutputSerializer(serializers.Serializer[Any]):
     id = serializers.CharField(help_text="The engine's id, e.g. ins-0003.")
     text = serializers.CharField()
-    origin = serializers.CharField(help_text="seed, paraphrase, reflection, history, …")
+    origin = serializers.CharField(help_text="seed, paraphrase, reflection, history, human, …")
+    author = serializers.CharField(allow_null=True, help_text="Who wrote it: a human instruction's author.")
+    pinned = serializers.BooleanField(help_text="Pinned by a person: pruning never drops it.")
     parent_id = serializers.CharField(allow_null=True)
     birth_step = serializers.IntegerField()
     verify_score = serializers.FloatField(allow_null=True)

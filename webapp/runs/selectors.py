@@ -20,6 +20,7 @@ from webapp.accounts.permissions import AnyUser
 from .configs import PRESET_NAMES, config_compose
 from .models import (
     Checkpoint,
+    ControlRequest,
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
@@ -219,11 +220,15 @@ def run_population_columns(*, run: Run) -> dict[str, Any]:
     }
 
 
-def _instruction_node(ins: Instruction, keys: dict[int, str]) -> dict[str, Any]:
+def _instruction_node(
+    ins: Instruction, keys: dict[int, str], pinned: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
     return {
         "id": ins.key,
         "text": ins.text,
         "origin": ins.origin,
+        "author": ins.author or None,
+        "pinned": ins.key in pinned,
         "parent_id": keys.get(ins.parent_id) if ins.parent_id else None,
         "birth_step": ins.birth_step,
         "verify_score": ins.verify_score,
@@ -274,8 +279,9 @@ def run_lineage(*, run: Run) -> dict[str, Any]:
     )
     keys = {ins.pk: ins.key for ins in instructions}
     rounds = EvolutionRound.objects.filter(run=run).order_by("step", "id").prefetch_related("candidates")
+    pinned = run_pinned_keys(run=run)
     return {
-        "nodes": [_instruction_node(ins, keys) for ins in instructions],
+        "nodes": [_instruction_node(ins, keys, pinned) for ins in instructions],
         "edges": [{"source": keys[i.parent_id], "target": i.key} for i in instructions if i.parent_id in keys],
         "rounds": [_round_dict(r, keys) for r in rounds],
     }
@@ -328,6 +334,55 @@ def run_trajectories(*, run: Run, step: int | None = None) -> dict[str, Any]:
     }
 
 
+# -- steering: control requests ----------------------------------------------------------------------------------
+
+
+def control_request_rows(*, run: Run) -> list[dict[str, Any]]:
+    """The run's control requests, newest first, each as the API sends it."""
+    return [control_request_row(r) for r in run.control_requests.order_by("-id")]
+
+
+def control_request_row(request: ControlRequest) -> dict[str, Any]:
+    payload = request.payload
+    return {
+        "id": request.pk,
+        "kind": request.kind,
+        "text": payload.get("text"),
+        "verify": payload.get("verify") if request.kind == ControlRequest.Kind.INJECT else None,
+        "instruction_id": request.instruction_key or payload.get("instruction_id"),
+        "author": request.author_name,
+        "created_at": request.created_at,
+        "status": request.status,
+        "outcome": request.outcome,
+        "applied_at_step": request.applied_at_step,
+    }
+
+
+def control_requests_pending(*, run_id: UUID | str) -> QuerySet[ControlRequest]:
+    """What the worker hands the engine, oldest first: every request not handled yet (a resume's rewind makes
+    those handled after its checkpoint pending again, keeping the step to replay them before)."""
+    return ControlRequest.objects.filter(run_id=run_id, status=ControlRequest.Status.PENDING).order_by("id")
+
+
+def run_pinned_keys(*, run: Run) -> set[str]:
+    """The instructions pinned now: those whose last applied pin or unpin was a pin."""
+    applied = run.control_requests.filter(
+        status=ControlRequest.Status.APPLIED, kind__in=(ControlRequest.Kind.PIN, ControlRequest.Kind.UNPIN)
+    ).order_by("applied_at_step", "id")
+    last = {r.instruction_key: r.kind for r in applied}
+    return {key for key, kind in last.items() if kind == ControlRequest.Kind.PIN}
+
+
+def run_living_instructions(*, run: Run) -> list[dict[str, Any]]:
+    """The population as the database holds it: the instructions not retired, oldest first, with whether each is
+    pinned (what the run page's steering section lists)."""
+    pinned = run_pinned_keys(run=run)
+    living = run.instructions.filter(retired_step__isnull=True).order_by("birth_step", "id")
+    return [
+        {"id": i.key, "text": i.text, "origin": i.origin, "author": i.author, "pinned": i.key in pinned} for i in living
+    ]
+
+
 def run_notes(*, run: Run) -> QuerySet[RunNote]:
     return run.notes.order_by("time", "id")
 
@@ -356,6 +411,7 @@ def best_instruction(*, run: Run) -> dict[str, Any] | None:
         chain.append(node)
         node = Instruction.objects.select_related("round").filter(pk=node.parent_id).first() if node.parent_id else None
     keys = {ins.pk: ins.key for ins in chain}
+    pinned = run_pinned_keys(run=run)
     return {
         "id": best.key,
         "text": best.text,
@@ -363,7 +419,7 @@ def best_instruction(*, run: Run) -> dict[str, Any] | None:
         "birth_step": best.birth_step,
         "weight": _last_weight(run, best),
         "verify_score": best.verify_score,
-        "lineage": [_instruction_node(ins, keys) for ins in chain],
+        "lineage": [_instruction_node(ins, keys, pinned) for ins in chain],
     }
 
 

@@ -1,4 +1,4 @@
-"""Operations on runs — submit, cancel, clone, resume, evaluate, export — shared by pages, the API and admin.
+"""Operations on runs — submit, cancel, clone, resume, evaluate, steer, export — shared by pages, the API and admin.
 
 Each checks the caller's role in the run's team, changes state with conditional updates where a worker may race
 it, and enqueues work only after the transaction commits.
@@ -13,14 +13,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from inspo_engine.config import RunConfig
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
 from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
-from .models import Checkpoint, EvaluationRequest, Run, RunTag
+from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, Run, RunTag
 
 MAX_SEED = 2**63 - 1
 MAX_TAGS = 20
@@ -176,6 +176,51 @@ def run_evaluate(
         )
         tasks.evaluation_enqueue(request)
     return request
+
+
+STEERABLE = (Run.Status.QUEUED, Run.Status.RUNNING)
+"""A run takes control requests while it is queued or running: the worker hands them to the engine."""
+
+
+def control_request_create(
+    *,
+    run: Run,
+    user: User,
+    kind: str,
+    text: str | None = None,
+    verify: bool = True,
+    instruction_id: str | None = None,
+) -> ControlRequest:
+    """Ask the run's engine to inject an instruction (`text`, verified unless `verify` is False), or to pin, unpin
+    or retire `instruction_id`. It stays pending until the engine handles it before a step (applied or rejected
+    with the reason); 409 unless the run is queued or running."""
+    require_role(user, run.team, Role.MEMBER)
+    payload = _control_payload(run, kind, text=text, verify=verify, instruction_id=instruction_id)
+    with transaction.atomic():
+        status = Run.objects.select_for_update().filter(pk=run.pk).values_list("status", flat=True).first()
+        if status not in STEERABLE:
+            raise Conflict(f"the run is {status}; only a queued or running run takes control requests")
+        return ControlRequest.objects.create(
+            run=run, kind=kind, payload=payload, author=user, author_name=user.get_username()
+        )
+
+
+def _control_payload(
+    run: Run, kind: str, *, text: str | None, verify: bool, instruction_id: str | None
+) -> dict[str, Any]:
+    """What the engine needs for `kind`, checked: InvalidInput names the field."""
+    if kind == ControlRequest.Kind.INJECT:
+        cleaned = (text or "").strip()
+        if not cleaned:
+            raise InvalidInput({"text": ["write the instruction to inject"]})
+        if len(cleaned) > MAX_INSTRUCTION_CHARS or "\x00" in cleaned:
+            raise InvalidInput({"text": [f"at most {MAX_INSTRUCTION_CHARS} characters, no NUL"]})
+        return {"text": cleaned, "verify": bool(verify)}
+    if kind not in ControlRequest.Kind.values:
+        raise InvalidInput({"kind": [f"one of {', '.join(ControlRequest.Kind.values)}"]})
+    if not instruction_id or not Instruction.objects.filter(run=run, key=instruction_id).exists():
+        raise InvalidInput({"instruction_id": [f"no instruction {instruction_id!r} in this run"]})
+    return {"instruction_id": instruction_id}
 
 
 def instruction_export(*, run: Run, user: User) -> dict[str, Any]:

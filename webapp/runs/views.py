@@ -26,7 +26,7 @@ from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 
 from . import heatmaps, selectors, services
 from .configs import PRESET_NAMES
-from .forms import CONFIG_FIELDS, CloneForm, EvaluateForm, HeatmapForm, RunForm, preset_field_texts
+from .forms import CONFIG_FIELDS, CloneForm, ControlForm, EvaluateForm, HeatmapForm, RunForm, preset_field_texts
 from .models import Run
 
 
@@ -157,6 +157,10 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "clone_form": CloneForm(),
         "evaluate_form": EvaluateForm(),
         **_heatmap_context(run),
+        "steerable": run.status in services.STEERABLE,
+        "living": selectors.run_living_instructions(run=run),
+        "control_requests": selectors.control_request_rows(run=run)[:50],
+        "control_form": ControlForm(initial={"kind": "inject"}),
     }
     return render(request, "runs/detail.html", context)
 
@@ -288,6 +292,31 @@ def run_clone(request: HttpRequest, run_id: str) -> HttpResponse:
         )
 
     return _act(request, run, clone, "Clone queued.")
+
+
+@login_required
+@require_POST
+def run_control(request: HttpRequest, run_id: str) -> HttpResponse:
+    """The run page's steering: inject an instruction, or pin, unpin or retire one (the same service as the API)."""
+    user = acting_user(request)
+    run = selectors.run_get(user=user, run_id=run_id)
+    form = ControlForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, _errors_text(form))
+        return redirect("runs:detail", run_id=run.pk)
+    data = form.cleaned_data
+
+    def send() -> Any:
+        return services.control_request_create(
+            run=run,
+            user=user,
+            kind=data["kind"],
+            text=data["text"] or None,
+            verify=not data["skip_verification"],
+            instruction_id=data["instruction_id"] or None,
+        )
+
+    return _act(request, run, send, "Request sent: the run takes it before its next step.")
 
 
 @login_required

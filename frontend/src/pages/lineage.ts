@@ -115,7 +115,12 @@ function renderDetail(
       "dl",
       { class: "facts" },
       h("dt", { text: "Origin" }),
-      h("dd", { text: node.origin }),
+      h("dd", {
+        "data-testid": "lineage-origin",
+        text: node.author ? `${node.origin}, by ${node.author}` : node.origin,
+      }),
+      node.pinned ? h("dt", { text: "Pinned" }) : null,
+      node.pinned ? h("dd", { text: "yes: pruning never drops it" }) : null,
       h("dt", { text: "Born" }),
       h("dd", { text: `step ${node.birth_step}${round ? ` (round ${round.id}, ${round.proposer})` : ""}` }),
       h("dt", { text: "Parent" }),

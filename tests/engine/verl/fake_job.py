@@ -1,5 +1,6 @@
 """A stand-in for the verl job (`INSPO_VERL_COMMAND`): it takes the launcher's overrides, trains with the engine's
-scripted policy, and writes real engine events to `<+inspo.out_dir>/events.jsonl`, honouring the stop file.
+scripted policy, and writes real engine events to `<+inspo.out_dir>/events.jsonl`, honouring the stop file and the
+control file as the real job does.
 
 Environment knobs for tests: FAKE_VERL_STEP_S (seconds per step), FAKE_VERL_CRASH_AT (step that dies with a
 CUDA-like error), FAKE_VERL_IGNORE_STOP=1 (never looks at the stop file, only a signal ends it),
@@ -20,6 +21,7 @@ from typing import Any
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
+from inspo_engine.control import FileControlChannel
 from inspo_engine.env.datasets import load_questions
 from inspo_engine.events import JsonlSink
 from inspo_engine.optimizers import optimizer_for
@@ -59,6 +61,7 @@ def main(argv: Sequence[str]) -> int:
         sink=JsonlSink(out_dir / "events.jsonl"),
         out_dir=out_dir,
         should_stop=lambda: not ignore_stop and (out_dir / "STOP").exists(),
+        control=FileControlChannel(out_dir),
     )
     if options.get("trainer.resume_mode") == "resume_path":
         checkpoint = latest_checkpoint(out_dir)
