@@ -34,6 +34,8 @@ from .events import (
     JsonlSink,
     OptimizerFailed,
     PopulationChanged,
+    PopulationCollapsed,
+    PopulationRecovered,
     StepCompleted,
     read_events,
 )
@@ -161,7 +163,16 @@ class ProgressSink:
         elif isinstance(event, BudgetExhausted | OptimizerFailed):
             self.note = f"step {event.step}: {event.kind.replace('_', ' ')}"
         elif isinstance(event, CheckpointSaved):
-            self.bar.write(f"checkpoint: {event.path}")
+            self.bar.write(f"checkpoint: {event.path} (checkpoints on disk: {event.disk_bytes / 1e9:.2f} GB)")
+        elif isinstance(event, PopulationCollapsed):
+            why = " and ".join(
+                {"cosine": "its instructions alike", "entropy": "sampling on few"}[r] for r in event.reasons
+            )
+            self.bar.write(
+                f"warning: the population collapsed at step {event.step} ({why}) since step {event.since_step}"
+            )
+        elif isinstance(event, PopulationRecovered):
+            self.bar.write(f"the population recovered at step {event.step}")
         elif isinstance(event, EvalCompleted):
             self.bar.write(f"eval step {event.step} {event.benchmark}: {event.metric}={event.value:.3f} (n={event.n})")
         elif isinstance(event, StepCompleted):

@@ -24,15 +24,18 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inspo_engine import events as ev
-from webapp.runs.archives import ArchiveDigest, ArchiveRefused, archive_digest, archive_files, policy_directory
+from inspo_engine.checkpoints import OPTIMIZER_DIR
+from webapp.runs.archives import ArchiveDigest, ArchiveRefused, archive_digests, checkpoint_files, policy_directory
 from webapp.runs.lifecycle import Attempt, checkpoints_refresh
 from webapp.runs.models import (
     Candidate,
     Checkpoint,
     ControlRequest,
+    DiversityRecord,
     Evaluation,
     EvolutionRound,
     Instruction,
+    PopulationAlarm,
     PopulationMember,
     PopulationSnapshot,
     Run,
@@ -46,10 +49,20 @@ log = logging.getLogger(__name__)
 
 NOT_STORED = {"stage_started"}
 """Progress only: the watchdog reads it, the database gets it with the heartbeat."""
-FLUSH_ON = {"run_started", "population_changed", "checkpoint_saved", "run_finished", "run_failed"}
+FLUSH_ON = {
+    "run_started",
+    "population_changed",
+    "population_collapsed",
+    "population_recovered",
+    "checkpoint_saved",
+    "run_finished",
+    "run_failed",
+}
 NOTE_KINDS = {
     "run_started",
     "evolution_completed",
+    "population_collapsed",
+    "population_recovered",
     "optimizer_failed",
     "budget_exhausted",
     "control_handled",
@@ -101,6 +114,7 @@ class _Batch:
     metrics: list[StepMetric] = field(default_factory=list)
     trajectories: list[Trajectory] = field(default_factory=list)
     snapshots: list[tuple[PopulationSnapshot, list[PopulationMember]]] = field(default_factory=list)
+    diversity: list[DiversityRecord] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
     notes: list[RunNote] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
@@ -125,7 +139,7 @@ class DatabaseSink:
         self.max_delay = settings.INSPO_SINK_MAX_DELAY_S if max_delay is None else max_delay
         self.clock = clock
         self.pending: list[ev.Event] = []
-        self.digests: dict[str, ArchiveDigest | None] = {}
+        self.digests: dict[str, tuple[ArchiveDigest, ArchiveDigest | None] | None] = {}
         self.last_flush = clock()
         self.flushes = 0
         self.instructions: dict[str, int] = dict(Instruction.objects.filter(run_id=run_id).values_list("key", "pk"))
@@ -136,6 +150,9 @@ class DatabaseSink:
             "step_completed": self._on_step_completed,
             "trajectories_sampled": self._on_trajectories_sampled,
             "population_changed": self._on_population_changed,
+            "population_diversity": self._on_population_diversity,
+            "population_collapsed": self._on_population_collapsed,
+            "population_recovered": self._on_population_recovered,
             "instruction_proposed": self._on_instruction_proposed,
             "instruction_verified": self._on_instruction_verified,
             "instruction_pruned": self._on_instruction_pruned,
@@ -190,17 +207,21 @@ class DatabaseSink:
             self.superseded, self.pending = True, []
             raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; its events are not stored")
 
-    def _digest(self, path: str) -> ArchiveDigest | None:
+    def _digest(self, path: str) -> tuple[ArchiveDigest, ArchiveDigest | None] | None:
+        """The digests of the checkpoint's archive and, when it keeps an optimizer state, of the archive with it."""
         directory = policy_directory(path)
         if not directory.is_dir():
             log.warning("checkpoint %s has no %s directory; not hashed", path, directory.name)
             return None
+        root, checkpoint = run_directory(run_id=self.run_id), Path(path)
         try:
-            files = archive_files(directory, Path(path).name, root=run_directory(run_id=self.run_id))
+            files = checkpoint_files(checkpoint, root=root)
+            extra = checkpoint_files(checkpoint, root=root, optimizer=True)[len(files) :]
         except ArchiveRefused as refused:
             log.warning("checkpoint %s not hashed: %s", path, refused)
             return None
-        return archive_digest(files)
+        plain, whole = archive_digests(files, extra)
+        return plain, (whole if (checkpoint / OPTIMIZER_DIR).is_dir() else None)
 
     # -- one batch ---------------------------------------------------------------------------------------------
 
@@ -231,6 +252,7 @@ class DatabaseSink:
                     row.snapshot_id = snapshot.pk
                     members.append(row)
             PopulationMember.objects.bulk_create(members)
+        DiversityRecord.objects.bulk_create(batch.diversity)
         Evaluation.objects.bulk_create(batch.evaluations)
         RunNote.objects.bulk_create(batch.notes)
         fields = {**batch.run_fields, "heartbeat_at": timezone.now()}
@@ -338,6 +360,40 @@ class DatabaseSink:
         if event.best_id in self.instructions:
             batch.run_fields["best_instruction_id"] = self.instructions[event.best_id]
 
+    def _on_population_diversity(self, event: ev.PopulationDiversity, batch: _Batch) -> None:
+        batch.diversity.append(
+            DiversityRecord(
+                run_id=self.run_id,
+                step=event.step,
+                reason=event.reason[:32],
+                size=event.size,
+                cosine_mean=_finite(event.cosine_mean),
+                cosine_min=_finite(event.cosine_min),
+                cosine_max=_finite(event.cosine_max),
+                jaccard_mean=_finite(event.jaccard_mean),
+                strategies=event.strategies,
+                entropy=_finite(event.entropy) or 0.0,
+                entropy_normalised=_finite(event.entropy_normalised),
+                time=_when(event),
+            )
+        )
+
+    def _on_population_collapsed(self, event: ev.PopulationCollapsed, batch: _Batch) -> None:
+        PopulationAlarm.objects.create(
+            run_id=self.run_id,
+            step=event.step,
+            since_step=event.since_step,
+            reasons=[r for r in event.reasons if r in ("cosine", "entropy")],
+            cosine_min=_finite(event.cosine_min),
+            entropy_normalised=_finite(event.entropy_normalised),
+            collapse_cosine=_finite(event.collapse_cosine) or 0.0,
+            collapse_entropy=_finite(event.collapse_entropy) or 0.0,
+            time=_when(event),
+        )
+
+    def _on_population_recovered(self, event: ev.PopulationRecovered, batch: _Batch) -> None:
+        PopulationAlarm.objects.filter(run_id=self.run_id, cleared_step__isnull=True).update(cleared_step=event.step)
+
     def _on_instruction_proposed(self, event: ev.InstructionProposed, batch: _Batch) -> None:
         evolution_round = EvolutionRound.objects.create(
             run_id=self.run_id,
@@ -415,7 +471,8 @@ class DatabaseSink:
         )
 
     def _on_checkpoint_saved(self, event: ev.CheckpointSaved, batch: _Batch) -> None:
-        digest = self.digests.get(event.path)
+        digests = self.digests.get(event.path)
+        digest, whole = digests if digests else (None, None)
         Checkpoint.objects.update_or_create(
             run_id=self.run_id,
             step=event.step,
@@ -426,6 +483,12 @@ class DatabaseSink:
                 "archive_bytes": digest.size if digest else 0,
                 "files": digest.files if digest else [],
                 "available": True,
+                "layout": Checkpoint.LAYOUT_CHECKPOINT,
+                "optimizer_bytes": event.optimizer_bytes,
+                "optimizer_sha256": whole.sha256 if whole else "",
+                "optimizer_archive_bytes": whole.size if whole else 0,
+                "optimizer_available": whole is not None,
+                "disk_bytes": event.disk_bytes,
             },
         )
         checkpoints_refresh(run_id=self.run_id, keep=event.path)

@@ -243,6 +243,56 @@ export interface BestInstruction {
   config: Record<string, unknown>;
 }
 
+/** DiversitySeriesOutputSerializer: one value per population record, in step order (several records may share a
+ * step: the step's end, then pruned, evolved). Pairwise measures are null for a population of one. */
+export interface DiversitySeries {
+  step: number[];
+  reason: string[];
+  size: number[];
+  cosine_mean: (number | null)[];
+  cosine_min: (number | null)[];
+  cosine_max: (number | null)[];
+  jaccard_mean: (number | null)[];
+  strategies: number[];
+  entropy: number[];
+  entropy_normalised: (number | null)[];
+}
+
+/** How the run measures diversity and when its alarm trips (its config's population fields). */
+export interface DiversitySettings {
+  diversity: boolean;
+  strategy_cosine: number;
+  collapse_cosine: number;
+  collapse_entropy: number;
+  collapse_steps: number;
+}
+
+/** A collapse of the population (AlarmOutputSerializer). */
+export interface Alarm {
+  id: number;
+  step: number;
+  since_step: number;
+  reasons: ("cosine" | "entropy")[];
+  cosine_min: number | null;
+  entropy_normalised: number | null;
+  collapse_cosine: number;
+  collapse_entropy: number;
+  cleared_step: number | null;
+  active: boolean;
+  acknowledged_by: string | null;
+  acknowledged_at: string | null;
+  time: string;
+}
+
+/** `GET runs/<id>/diversity/`. */
+export interface Diversity {
+  series: DiversitySeries;
+  settings: DiversitySettings;
+  alarms: Alarm[];
+  /** The active alarm; null when the population is not collapsed. */
+  collapsed: Alarm | null;
+}
+
 /** An instruction of a heatmap (a row); `retired_step` is null while it lives. */
 export interface HeatmapRow {
   id: string;

@@ -60,6 +60,7 @@ API_READS = [
     "api:run-best-instruction",
     "api:run-best-instruction-text",
     "api:run-export",
+    "api:run-diversity",
     "api:run-heatmaps",
 ]
 

@@ -8,6 +8,7 @@ so the real engine loop, the real Gemini client and the real database sink all r
 from __future__ import annotations
 
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -15,7 +16,7 @@ from django.utils import timezone
 from tests.conftest import scripted_config
 from tests.engine.fakes import ScriptedBackend
 from webapp.runs import services
-from webapp.runs.archives import archive_digest, archive_files, policy_directory
+from webapp.runs.archives import archive_digest, checkpoint_files
 from webapp.runs.lifecycle import run_fail_lost
 from webapp.runs.models import (
     Candidate,
@@ -118,8 +119,9 @@ def test_a_run_stores_what_the_engine_emits(submit):
     checkpoints = Checkpoint.objects.filter(run=run).order_by("step")
     assert [c.step for c in checkpoints] == [2, 4, 6] and [c.available for c in checkpoints] == [False, True, True]
     newest = checkpoints.last()
-    files = archive_files(policy_directory(newest.path), "step-000006", root=run_directory(run_id=run.pk))
-    assert newest.sha256 == archive_digest(files).sha256 and newest.files[0]["name"].startswith("step-000006/")
+    files = checkpoint_files(Path(newest.path), root=run_directory(run_id=run.pk))
+    assert newest.sha256 == archive_digest(files).sha256 and newest.files[0]["name"] == "step-000006/inspo_state.json"
+    assert not newest.optimizer_available, "a finished run's last checkpoint keeps no optimizer state"
     assert {"run_started", "run_finished", "evolution_completed"} <= set(
         RunNote.objects.filter(run=run).values_list("kind", flat=True)
     )

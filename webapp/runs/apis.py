@@ -32,10 +32,12 @@ from .archives import checkpoint_archive
 from .configs import PRESET_NAMES, config_compose
 from .models import ControlRequest, Run
 from .outputs import (
+    AlarmOutputSerializer,
     BestInstructionOutputSerializer,
     CheckpointOutputSerializer,
     ComparisonOutputSerializer,
     ControlRequestOutputSerializer,
+    DiversityOutputSerializer,
     EvaluationRequestOutputSerializer,
     EvaluationsOutputSerializer,
     ExportOutputSerializer,
@@ -287,6 +289,37 @@ class RunCheckpointsApi(RunReadApi):
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.checkpoint_list(run=run)
+
+
+@extend_schema_view(
+    get=extend_schema(
+        responses={200: DiversityOutputSerializer, **error_responses(404)},
+        operation_id="runs_diversity",
+        description="How alike the living instructions were at every population record (pairwise embedding cosine, "
+        "word-set overlap, distinct strategies, sampling entropy), column-wise; the run's thresholds; every "
+        "collapse alarm, and the one active now (null when the population is not collapsed).",
+    )
+)
+class RunDiversityApi(RunReadApi):
+    output = DiversityOutputSerializer
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_diversity(run=run)
+
+
+class AlarmAcknowledgeApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: AlarmOutputSerializer, **error_responses(403, 404)},
+        operation_id="runs_alarm_acknowledge",
+        description="Mark a collapse alarm as seen: the run page no longer shows its banner. 403 for a viewer; "
+        "acknowledging again keeps the first acknowledgement.",
+    )
+    def post(self, request: Request, run_id: str, alarm_id: int) -> Response:
+        user = acting_user(request)
+        run = selectors.run_get(user=user, run_id=run_id)
+        alarm = services.alarm_acknowledge(run=run, user=user, alarm=selectors.alarm_get(run=run, alarm_id=alarm_id))
+        return Response(AlarmOutputSerializer(selectors.alarm_row(alarm)).data)
 
 
 class RunPopulationApi(APIView):
@@ -650,27 +683,44 @@ class PopulationExportApi(APIView):
 
 
 class CheckpointArchiveApi(APIView):
+    class ArchiveQuery(serializers.Serializer[Any]):
+        optimizer = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="1: also the optimizer state (training/), which only resuming needs; only the newest "
+            "checkpoint of a run that can still resume keeps one (410 otherwise).",
+        )
+
     @extend_schema(
+        parameters=[ArchiveQuery],
         responses={
             (200, "application/x-tar"): OpenApiTypes.BINARY,
             (206, "application/x-tar"): OpenApiTypes.BINARY,
-            **error_responses(404, 409, 410, 416),
+            **error_responses(400, 404, 409, 410, 416),
         },
         operation_id="runs_checkpoint_archive",
-        description="The checkpoint's Hugging Face directory as an uncompressed tar; its sha256 is the "
-        "checkpoint's `sha256`. Built once on the first download, then sent as a file: `Range` requests resume.",
+        description="The checkpoint as an uncompressed tar, laid out as on disk: `step-NNNNNN/inspo_state.json` (the "
+        "population with its lineage at that step, the replay buffer and the loop's progress) and `policy/` (the "
+        "Hugging Face directory); with `?optimizer=1` also `training/`. Its size and sha256 are the checkpoint's "
+        "`archive_bytes` and `sha256` (with the optimizer state: `optimizer_archive_bytes`, `optimizer_sha256`). "
+        "Built once on the first download, then sent as a file: `Range` requests resume.",
     )
     def get(self, request: Request, run_id: str, checkpoint_id: int) -> HttpResponseBase:
         user = acting_user(request)
+        query = self.ArchiveQuery(data=query_once(request.query_params))
+        query.is_valid(raise_exception=True)
+        optimizer = bool(query.validated_data["optimizer"])
         run = selectors.run_get(user=user, run_id=run_id)
         checkpoint = selectors.checkpoint_get(run=run, checkpoint_id=checkpoint_id)
-        built = checkpoint_archive(checkpoint=checkpoint, run_directory=selectors.run_directory(run_id=run.pk))
+        built = checkpoint_archive(
+            checkpoint=checkpoint, run_directory=selectors.run_directory(run_id=run.pk), optimizer=optimizer
+        )
         return file_response(
             request,
             built.path,
-            filename=f"{run.pk}-step-{checkpoint.step:06d}.tar",
+            filename=f"{run.pk}-step-{checkpoint.step:06d}{'-with-optimizer' if optimizer else ''}.tar",
             content_type="application/x-tar",
-            etag=checkpoint.sha256,
+            etag=checkpoint.optimizer_sha256 if optimizer else checkpoint.sha256,
             serve=settings.INSPO_ARCHIVE_SERVE,
             root=Path(settings.INSPO_ARCHIVE_DIR),
             accel_prefix=settings.INSPO_ARCHIVE_ACCEL_PREFIX,

@@ -1,8 +1,12 @@
-"""Checkpoint archives: a byte-for-byte reproducible tar of a checkpoint's policy directory.
+"""Checkpoint archives: a byte-for-byte reproducible tar of a checkpoint as it lies on disk — `inspo_state.json` (the
+population with its lineage, the replay buffer and the loop's progress at that step) and `policy/` (the Hugging Face
+directory), plus `training/` (the optimizer state) only when asked for — so an unpacked archive is a checkpoint the
+engine reads (`eval --checkpoint`, and with the optimizer state `train --resume`).
 
-The worker hashes the tar's bytes when the checkpoint is saved. The first download writes the same bytes once to a
-file under INSPO_ARCHIVE_DIR (checked against that sha256); every download is then that file, sent by the proxy in
-front or as a file response with Range support, so the stored sha256 is the digest of exactly what a user receives.
+The worker hashes both archives' bytes in one pass when the checkpoint is saved. The first download of either
+writes the same bytes once to a file under INSPO_ARCHIVE_DIR (checked against that sha256); every download is then
+that file, sent by the proxy in front or as a file response with Range support, so the stored sha256 and size are
+those of exactly what a user receives.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from inspo_engine.checkpoints import POLICY_DIR
+from inspo_engine.checkpoints import OPTIMIZER_DIR, POLICY_DIR, STATE_FILE
 from webapp.core.errors import Conflict, Gone
 
 if TYPE_CHECKING:
@@ -66,6 +70,26 @@ def archive_files(directory: Path, prefix: str, *, root: Path) -> list[ArchiveFi
         elif path.is_file():
             files.append(path)
     return [ArchiveFile(f"{prefix}/{p.relative_to(directory).as_posix()}", p, p.stat().st_size) for p in files]
+
+
+def checkpoint_files(directory: Path, *, root: Path, layout: int = 2, optimizer: bool = False) -> list[ArchiveFile]:
+    """What the archive of the checkpoint `directory` holds, in order. Layout 2: `inspo_state.json` and `policy/`
+    under the checkpoint's name, as on disk, then `training/` with `optimizer`; layout 1 (checkpoints stored before
+    archives carried the population): policy/'s files alone, directly under the checkpoint's name. Every file must
+    lie in `root` (see `archive_files`)."""
+    name = directory.name
+    if layout == 1:
+        return archive_files(directory / POLICY_DIR, name, root=root)
+    state = directory / STATE_FILE
+    files = []
+    if (state.exists() or state.is_symlink()) and not state.resolve().is_relative_to(root.resolve()):
+        raise ArchiveRefused(f"{STATE_FILE} in the checkpoint leads outside its run's directory")
+    if state.is_file() and not state.is_symlink():
+        files.append(ArchiveFile(f"{name}/{STATE_FILE}", state, state.stat().st_size))
+    files += archive_files(directory / POLICY_DIR, f"{name}/{POLICY_DIR}", root=root)
+    if optimizer:
+        files += archive_files(directory / OPTIMIZER_DIR, f"{name}/{OPTIMIZER_DIR}", root=root)
+    return files
 
 
 def _header(file: ArchiveFile) -> bytes:
@@ -118,10 +142,18 @@ class ArchiveDigest:
 
 def archive_digest(files: list[ArchiveFile]) -> ArchiveDigest:
     """sha256 and size of the archive, plus each file's own sha256, in one pass over the files."""
+    return archive_digests(files, [])[0]
+
+
+def archive_digests(files: list[ArchiveFile], extra: list[ArchiveFile]) -> tuple[ArchiveDigest, ArchiveDigest]:
+    """The digests of the archive of `files` and of the archive of `files` then `extra`, reading every file once:
+    the second archive starts with the first one's entries."""
     whole = hashlib.sha256()
     manifest: list[dict[str, object]] = []
-    size = 0
-    for file in files:
+    size, first = 0, None
+    for index, file in enumerate([*files, *extra]):
+        if index == len(files):
+            first = _finished(whole, size, manifest)
         own = hashlib.sha256()
         for is_content, part in _file_parts(file):
             whole.update(part)
@@ -129,8 +161,15 @@ def archive_digest(files: list[ArchiveFile]) -> ArchiveDigest:
             if is_content:
                 own.update(part)
         manifest.append({"name": file.name, "bytes": file.size, "sha256": own.hexdigest()})
-    whole.update(END_OF_ARCHIVE)
-    return ArchiveDigest(whole.hexdigest(), size + len(END_OF_ARCHIVE), manifest)
+    complete = _finished(whole, size, manifest)
+    return first or complete, complete
+
+
+def _finished(running: hashlib._Hash, size: int, manifest: list[dict[str, object]]) -> ArchiveDigest:
+    """The digest of an archive whose entries `running` has hashed so far, once its end blocks follow."""
+    ended = running.copy()
+    ended.update(END_OF_ARCHIVE)
+    return ArchiveDigest(ended.hexdigest(), size + len(END_OF_ARCHIVE), list(manifest))
 
 
 # -- built archives: written once, then sent as files -------------------------------------------------------------
@@ -193,16 +232,24 @@ def archive_evict(directory: Path, *, room_for: int, max_bytes: int) -> int:
     return deleted
 
 
-def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path) -> BuiltArchive:
-    """The checkpoint's archive as a file under INSPO_ARCHIVE_DIR/<run id>/, built on first use. Concurrent first
-    downloads build it once (a lock per archive). Refuses a checkpoint whose files are gone (410), lead outside the
-    run's directory or changed since they were hashed (409)."""
-    directory = policy_directory(checkpoint.path)
-    if not checkpoint.available or not directory.is_dir():
+def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path, optimizer: bool = False) -> BuiltArchive:
+    """The checkpoint's archive (with its optimizer state when `optimizer`) as a file under
+    INSPO_ARCHIVE_DIR/<run id>/, built on first use. Concurrent first downloads build it once (a lock per archive).
+    Refuses a checkpoint whose files (or optimizer state) are gone (410), lead outside the run's directory or
+    changed since they were hashed (409)."""
+    directory = Path(checkpoint.path)
+    if not checkpoint.available or not policy_directory(directory).is_dir():
         raise Gone(f"the files of the checkpoint of step {checkpoint.step} are gone")
-    files = archive_files(directory, Path(checkpoint.path).name, root=run_directory)
+    if optimizer and not (checkpoint.optimizer_available and (directory / OPTIMIZER_DIR).is_dir()):
+        raise Gone(
+            f"the checkpoint of step {checkpoint.step} keeps no optimizer state: only the newest checkpoint of a run "
+            "that can still resume does (checkpoint.optimizer_state 'latest')"
+        )
+    files = checkpoint_files(directory, root=run_directory, layout=checkpoint.layout, optimizer=optimizer)
+    sha256 = checkpoint.optimizer_sha256 if optimizer else checkpoint.sha256
+    variant = "optimizer" if optimizer else "checkpoint"
     root = Path(settings.INSPO_ARCHIVE_DIR)
-    path = root / str(checkpoint.run_id) / f"{checkpoint.pk}-{archive_key(files, checkpoint.sha256)}.tar"
+    path = root / str(checkpoint.run_id) / f"{checkpoint.pk}-{variant}-{archive_key(files, sha256)}.tar"
     if path.is_file():
         return BuiltArchive(path, path.stat().st_size)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -211,8 +258,8 @@ def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path) -> BuiltA
         if path.is_file():
             return BuiltArchive(path, path.stat().st_size)
         archive_evict(root, room_for=archive_size(files), max_bytes=settings.INSPO_ARCHIVE_MAX_BYTES)
-        for stale in path.parent.glob(f"{checkpoint.pk}-*.tar"):
+        for stale in path.parent.glob(f"{checkpoint.pk}-{variant}-*.tar"):
             stale.unlink(missing_ok=True)  # an archive of this checkpoint's earlier files
-        built = archive_write(files, path, expected_sha256=checkpoint.sha256)
-    log.info("built the archive of checkpoint %s (%d bytes)", checkpoint.pk, built.size)
+        built = archive_write(files, path, expected_sha256=sha256)
+    log.info("built the %s archive of checkpoint %s (%d bytes)", variant, checkpoint.pk, built.size)
     return built

@@ -22,18 +22,22 @@ from django.db.models import F, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from inspo_engine.checkpoints import OPTIMIZER_DIR
+
 from . import tasks
 from .heatmaps import heatmap_best_by_step
 from .models import (
     Candidate,
     Checkpoint,
     ControlRequest,
+    DiversityRecord,
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
     Heatmap,
     HeatmapCell,
     Instruction,
+    PopulationAlarm,
     PopulationSnapshot,
     Run,
     RunNote,
@@ -104,8 +108,17 @@ def run_discard_after(*, run: Run, step: int) -> None:
     Control requests it handled after that step are pending again, keeping the step: the engine replays each
     before the same step."""
     with transaction.atomic():
-        for model in (StepMetric, Trajectory, PopulationSnapshot, EvolutionRound, RunNote):
+        for model in (
+            StepMetric,
+            Trajectory,
+            PopulationSnapshot,
+            DiversityRecord,
+            PopulationAlarm,
+            EvolutionRound,
+            RunNote,
+        ):
             model.objects.filter(run=run, step__gt=step).delete()
+        PopulationAlarm.objects.filter(run=run, cleared_step__gt=step).update(cleared_step=None)
         Evaluation.objects.filter(run=run, step__gt=step, request__isnull=True).delete()
         Candidate.objects.filter(round__run=run, instruction__birth_step__gt=step).update(instruction=None)
         Instruction.objects.filter(run=run, birth_step__gt=step).delete()
@@ -187,7 +200,14 @@ def checkpoint_latest_step(*, run_id: UUID | str) -> int | None:
 
 
 def checkpoints_refresh(*, run_id: UUID | str, keep: str | None = None) -> int:
-    """Mark checkpoints whose directory is gone (the engine keeps only the newest few) as unavailable."""
+    """Mark checkpoints whose directory is gone (the engine keeps only the newest few) as unavailable, and those
+    whose optimizer state the engine dropped (it keeps only the newest one a resume needs) as without it."""
+    dropped = [
+        pk
+        for pk, path in Checkpoint.objects.filter(run_id=run_id, optimizer_available=True).values_list("pk", "path")
+        if path != keep and not (Path(path) / OPTIMIZER_DIR).is_dir()
+    ]
+    Checkpoint.objects.filter(pk__in=dropped).update(optimizer_available=False)
     gone = [
         pk
         for pk, path in Checkpoint.objects.filter(run_id=run_id, available=True).values_list("pk", "path")

@@ -130,10 +130,83 @@ class ControlRequestOutputSerializer(serializers.Serializer[Any]):
 
 
 class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
+    """`archive_bytes` and `sha256` are those of the archive the download sends (the policy and the loop's state);
+    `optimizer_archive_bytes` and `optimizer_sha256` of the one `?optimizer=1` sends, while `optimizer_available`."""
+
     class Meta:
         model = Checkpoint
-        fields = ("id", "step", "bytes", "archive_bytes", "sha256", "files", "available", "created_at")
+        fields = (
+            "id",
+            "step",
+            "bytes",
+            "archive_bytes",
+            "sha256",
+            "files",
+            "available",
+            "layout",
+            "optimizer_bytes",
+            "optimizer_archive_bytes",
+            "optimizer_sha256",
+            "optimizer_available",
+            "disk_bytes",
+            "created_at",
+        )
         read_only_fields = fields
+
+
+# -- population diversity ------------------------------------------------------------------------------------------
+
+
+class DiversitySeriesOutputSerializer(serializers.Serializer[Any]):
+    """One array per measure, one value per population record (several records may share a step)."""
+
+    step = _column(serializers.IntegerField(), "The step of each record.")
+    reason = _column(serializers.CharField(), "initialised, step, pruned, evolved, …")
+    size = _column(serializers.IntegerField(), "Living instructions.")
+    cosine_mean = _column(serializers.FloatField(allow_null=True), "Mean pairwise cosine of the embeddings.")
+    cosine_min = _column(serializers.FloatField(allow_null=True), "The least alike pair.")
+    cosine_max = _column(serializers.FloatField(allow_null=True), "The most alike pair.")
+    jaccard_mean = _column(serializers.FloatField(allow_null=True), "Mean pairwise Jaccard overlap of word sets.")
+    strategies = _column(serializers.IntegerField(), "Groups of instructions at least strategy_cosine alike.")
+    entropy = _column(serializers.FloatField(), "Shannon entropy (nats) of the sampling distribution.")
+    entropy_normalised = _column(serializers.FloatField(allow_null=True), "The entropy divided by ln N.")
+
+
+class DiversitySettingsOutputSerializer(serializers.Serializer[Any]):
+    diversity = serializers.BooleanField(help_text="Whether the run measures diversity at all.")
+    strategy_cosine = serializers.FloatField()
+    collapse_cosine = serializers.FloatField()
+    collapse_entropy = serializers.FloatField()
+    collapse_steps = serializers.IntegerField()
+
+
+class AlarmOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.alarm_row`: a collapse of the population."""
+
+    id = serializers.IntegerField()
+    step = serializers.IntegerField(help_text="The step the alarm tripped at.")
+    since_step = serializers.IntegerField(help_text="The first of the consecutive collapsed steps.")
+    reasons = serializers.ListField(
+        child=serializers.ChoiceField(choices=["cosine", "entropy"]),
+        help_text="cosine: every pair at least collapse_cosine alike; entropy: sampling entropy at most "
+        "collapse_entropy of its maximum.",
+    )
+    cosine_min = serializers.FloatField(allow_null=True)
+    entropy_normalised = serializers.FloatField(allow_null=True)
+    collapse_cosine = serializers.FloatField()
+    collapse_entropy = serializers.FloatField()
+    cleared_step = serializers.IntegerField(allow_null=True, help_text="When it recovered (null: still collapsed).")
+    active = serializers.BooleanField()
+    acknowledged_by = serializers.CharField(allow_null=True)
+    acknowledged_at = serializers.DateTimeField(allow_null=True)
+    time = serializers.DateTimeField()
+
+
+class DiversityOutputSerializer(serializers.Serializer[Any]):
+    series = DiversitySeriesOutputSerializer()
+    settings = DiversitySettingsOutputSerializer()
+    alarms = AlarmOutputSerializer(many=True)
+    collapsed = AlarmOutputSerializer(allow_null=True, help_text="The active alarm (null: not collapsed).")
 
 
 class RunSummaryOutputSerializer(serializers.Serializer[Any]):

@@ -15,16 +15,19 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.http import Http404
 
+from inspo_engine.config import PopulationConfig
 from webapp.accounts.permissions import AnyUser
 
 from .configs import PRESET_NAMES, config_compose
 from .models import (
     Checkpoint,
     ControlRequest,
+    DiversityRecord,
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
     Instruction,
+    PopulationAlarm,
     PopulationMember,
     PopulationSnapshot,
     Run,
@@ -381,6 +384,70 @@ def run_living_instructions(*, run: Run) -> list[dict[str, Any]]:
     return [
         {"id": i.key, "text": i.text, "origin": i.origin, "author": i.author, "pinned": i.key in pinned} for i in living
     ]
+
+
+# -- population diversity and its collapse alarms -------------------------------------------------------------------
+
+DIVERSITY_COLUMNS = (
+    "step",
+    "reason",
+    "size",
+    "cosine_mean",
+    "cosine_min",
+    "cosine_max",
+    "jaccard_mean",
+    "strategies",
+    "entropy",
+    "entropy_normalised",
+)
+DIVERSITY_SETTINGS = ("diversity", "strategy_cosine", "collapse_cosine", "collapse_entropy", "collapse_steps")
+"""The population fields of a run's config that say how diversity is measured and when the alarm trips."""
+
+
+def run_diversity(*, run: Run) -> dict[str, Any]:
+    """Every diversity record of the run column-wise (one value per record, in step order; several records may share
+    a step), the config's thresholds, every collapse alarm, and the one active now (None: not collapsed)."""
+    rows = DiversityRecord.objects.filter(run=run).order_by("step", "id").values_list(*DIVERSITY_COLUMNS)
+    columns = list(zip(*rows, strict=True)) or [() for _ in DIVERSITY_COLUMNS]
+    alarms = [alarm_row(a) for a in run.alarms.select_related("acknowledged_by").order_by("step", "id")]
+    return {
+        "series": {name: list(column) for name, column in zip(DIVERSITY_COLUMNS, columns, strict=True)},
+        "settings": diversity_settings(run.config),
+        "alarms": alarms,
+        "collapsed": next((a for a in reversed(alarms) if a["active"]), None),
+    }
+
+
+def diversity_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """How the run measures diversity: its config's values, the engine's defaults where a stored config predates
+    a field."""
+    defaults, stored = PopulationConfig(), config.get("population") or {}
+    return {name: stored.get(name, getattr(defaults, name)) for name in DIVERSITY_SETTINGS}
+
+
+def alarm_row(alarm: PopulationAlarm) -> dict[str, Any]:
+    return {
+        "id": alarm.pk,
+        "step": alarm.step,
+        "since_step": alarm.since_step,
+        "reasons": list(alarm.reasons),
+        "cosine_min": alarm.cosine_min,
+        "entropy_normalised": alarm.entropy_normalised,
+        "collapse_cosine": alarm.collapse_cosine,
+        "collapse_entropy": alarm.collapse_entropy,
+        "cleared_step": alarm.cleared_step,
+        "active": alarm.active,
+        "acknowledged_by": alarm.acknowledged_by.username if alarm.acknowledged_by else None,
+        "acknowledged_at": alarm.acknowledged_at,
+        "time": alarm.time,
+    }
+
+
+def alarm_get(*, run: Run, alarm_id: int) -> PopulationAlarm:
+    alarm = run.alarms.filter(pk=alarm_id).first()
+    if alarm is None:
+        raise Http404("no such alarm")
+    return alarm
 
 
 def run_notes(*, run: Run) -> QuerySet[RunNote]:

@@ -20,7 +20,7 @@ from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
 from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
-from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, Run, RunTag
+from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, PopulationAlarm, Run, RunNote, RunTag
 
 MAX_SEED = 2**63 - 1
 MAX_TAGS = 20
@@ -221,6 +221,28 @@ def _control_payload(
     if not instruction_id or not Instruction.objects.filter(run=run, key=instruction_id).exists():
         raise InvalidInput({"instruction_id": [f"no instruction {instruction_id!r} in this run"]})
     return {"instruction_id": instruction_id}
+
+
+def alarm_acknowledge(*, run: Run, user: User, alarm: PopulationAlarm) -> PopulationAlarm:
+    """A member marks a collapse alarm of the run as seen: the run page no longer shows its banner, and the timeline
+    notes who did. The first acknowledgement stays; acknowledging again changes nothing."""
+    require_role(user, run.team, Role.MEMBER)
+    if alarm.run_id != run.pk:
+        raise InvalidInput({"alarm": ["not an alarm of this run"]})
+    now = timezone.now()
+    with transaction.atomic():
+        if PopulationAlarm.objects.filter(pk=alarm.pk, acknowledged_at__isnull=True).update(
+            acknowledged_by=user, acknowledged_at=now
+        ):
+            RunNote.objects.create(
+                run=run,
+                step=alarm.step,
+                kind="alarm_acknowledged",
+                payload={"alarm": alarm.pk, "by": user.username},
+                time=now,
+            )
+    alarm.refresh_from_db()
+    return alarm
 
 
 def instruction_export(*, run: Run, user: User) -> dict[str, Any]:

@@ -17,6 +17,12 @@ api_urlpatterns = [
     path("runs/<uuid:run_id>/control/", apis.RunControlApi.as_view(), name="run-control"),
     path("runs/<uuid:run_id>/metrics/", apis.RunMetricsApi.as_view(), name="run-metrics"),
     path("runs/<uuid:run_id>/population/", apis.RunPopulationApi.as_view(), name="run-population"),
+    path("runs/<uuid:run_id>/diversity/", apis.RunDiversityApi.as_view(), name="run-diversity"),
+    path(
+        "runs/<uuid:run_id>/alarms/<int:alarm_id>/acknowledge/",
+        apis.AlarmAcknowledgeApi.as_view(),
+        name="run-alarm-acknowledge",
+    ),
     path("runs/<uuid:run_id>/lineage/", apis.RunLineageApi.as_view(), name="run-lineage"),
     path("runs/<uuid:run_id>/evaluations/", apis.RunEvaluationsApi.as_view(), name="run-evaluations"),
     path("runs/<uuid:run_id>/trajectories/", apis.RunTrajectoriesApi.as_view(), name="run-trajectories"),

@@ -15,6 +15,7 @@ import {
   type RunDetail,
 } from "../types";
 import { heatmapSection } from "./heatmap";
+import { DiversitySection } from "./diversity";
 import { RunCharts, type ShareMode } from "./runCharts";
 
 /** Often enough to feel live, rare enough that a dozen open tabs do not load the server. */
@@ -31,9 +32,11 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   const runId = root.dataset.runId as string;
   void heatmapSection(root, api);
   const charts = new RunCharts(root);
+  const diversity = new DiversitySection(root, api, runId);
   const smoothing = byTestId<HTMLInputElement>(root, "smoothing");
   const shareMode = byTestId<HTMLSelectElement>(root, "share-mode");
   const load = async (run?: RunDetail): Promise<RunData> => {
+    void diversity.load();
     const [current, metrics, population, lineage] = await Promise.all([
       run ?? api.get<RunDetail>(`runs/${runId}/`),
       api.get<MetricSeries>(`runs/${runId}/metrics/`),

@@ -15,7 +15,7 @@ import pytest
 
 from tests.factories import CheckpointFactory, RunFactory
 from webapp.runs import archives
-from webapp.runs.archives import ArchiveRefused, archive_digest, archive_evict, archive_files
+from webapp.runs.archives import ArchiveRefused, archive_digest, archive_evict, archive_files, checkpoint_files
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def test_links_that_stay_inside_the_run_are_left_out_and_the_rest_downloads(alic
     response = download(api(alice), checkpoint)
     assert response.status_code == 200
     with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
-        assert archive.getnames() == ["step-000002/config.json"]
+        assert archive.getnames() == ["step-000002/policy/config.json"]
 
 
 def checkpoint_dir(checkpoint):
@@ -88,7 +88,7 @@ def hashed(checkpoint):
     policy.mkdir()
     (policy / "config.json").write_text('{"layers": 2}')
     (policy / "model.safetensors").write_bytes(bytes(range(256)) * 12_000)
-    digest = archive_digest(archive_files(policy, "step-000002", root=checkpoint_dir(checkpoint).parents[1]))
+    digest = archive_digest(checkpoint_files(checkpoint_dir(checkpoint), root=checkpoint_dir(checkpoint).parents[1]))
     checkpoint.sha256, checkpoint.archive_bytes = digest.sha256, digest.size
     checkpoint.save()
     return checkpoint

@@ -101,7 +101,7 @@ def test_the_population_export_holds_everything_in_one_document(client, scripted
     assert export["population_history"] and export["rounds"] and export["config"]["seed"] == 5
 
 
-def test_a_checkpoint_downloads_as_a_tar_of_its_policy_directory_matching_its_sha256(client, scripted_run):
+def test_a_checkpoint_downloads_as_a_tar_of_its_state_and_policy_matching_its_sha256(client, scripted_run):
     checkpoint = Checkpoint.objects.filter(run=scripted_run, available=True).order_by("-step").first()
     listing = get(client, scripted_run, "checkpoints/").json()
     assert [c["step"] for c in listing] == [2, 4, 6]
@@ -112,8 +112,11 @@ def test_a_checkpoint_downloads_as_a_tar_of_its_policy_directory_matching_its_sh
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
         members = archive.getmembers()
         assert [m.name for m in members] == [f["name"] for f in checkpoint.files]
-        state = json.loads(archive.extractfile("step-000006/scripted.json").read())
+        state = json.loads(archive.extractfile("step-000006/policy/scripted.json").read())
+        population = json.loads(archive.extractfile("step-000006/inspo_state.json").read())["population"]
     assert state["updates"] == 6
+    stored = set(Instruction.objects.filter(run=scripted_run).values_list("key", flat=True))
+    assert {ins["id"] for ins in population["archive"]} == stored, "the population and lineage it was trained with"
 
 
 def test_a_deleted_checkpoint_is_gone(client, scripted_run):

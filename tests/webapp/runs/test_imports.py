@@ -184,7 +184,8 @@ def test_checkpoints_are_copied_under_the_runs_directory_and_download(alice, ali
     data = b"".join(response.streaming_content)
     assert hashlib.sha256(data).hexdigest() == checkpoints[6].sha256
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        assert json.loads(archive.extractfile("step-000006/scripted.json").read())["updates"] == STEPS
+        assert json.loads(archive.extractfile("step-000006/policy/scripted.json").read())["updates"] == STEPS
+        assert json.loads(archive.extractfile("step-000006/inspo_state.json").read())["progress"]["step"] == STEPS
 
 
 def test_the_compare_api_and_page_show_imported_runs_side_by_side(alice, alice_team, api, cli_runs, runs_dir):
