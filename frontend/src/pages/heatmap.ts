@@ -89,9 +89,10 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
         "th",
         { scope: "row", title: row.text },
         h("code", { text: row.id }),
-        row.retired_step !== null ? h("span", { class: "muted", text: ` pruned at ${row.retired_step}` }) : null,
+        row.retired_step !== null ? h("span", { class: "muted", text: ` pruned at step ${row.retired_step}` }) : null,
+        h("span", { class: "heatmap-text muted", text: snippet(row.text) }),
       ),
-      ...(grid[r] ?? []).map((cell) => h("td", { class: "heatmap-td" }, cell ? cellButton(heatmap, cell, open) : "—")),
+      ...(grid[r] ?? []).map((cell) => cellTd(heatmap, cell, open)),
     ),
   );
   return h(
@@ -109,6 +110,19 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
       text: "Colour and number: exact match (EM) of the instruction's greedy answers with that checkpoint's policy; ★ the best of its column. Click a cell for its answers.",
     }),
   );
+}
+
+/** The start of an instruction, on one line: enough to tell the rows apart (the whole text is its title). */
+function snippet(text: string): string {
+  const line = text.split(/\s+/).join(" ").trim();
+  return line.length > 60 ? `${line.slice(0, 60)}…` : line;
+}
+
+/** A cell's table cell, in its colour to the edges however tall its row is, holding the cell's button. */
+function cellTd(heatmap: Heatmap, cell: HeatmapCell | null, open: (heatmap: Heatmap, cell: HeatmapCell) => void) {
+  const td = h("td", { class: "heatmap-td" }, cell ? cellButton(heatmap, cell, open) : "—");
+  if (cell) td.style.backgroundColor = emColour(cell.done ? cell.em : null);
+  return td;
 }
 
 function cellButton(heatmap: Heatmap, cell: HeatmapCell, open: (heatmap: Heatmap, cell: HeatmapCell) => void) {
