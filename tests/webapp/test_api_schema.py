@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import schemathesis
+from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -30,7 +31,7 @@ from tests.factories import (
     TrajectoryFactory,
 )
 from webapp.accounts.services import api_token_create
-from webapp.runs.models import Candidate, Heatmap, HeatmapCell, Run
+from webapp.runs.models import Candidate, DiversityRecord, Heatmap, HeatmapCell, PopulationAlarm, Run
 
 EXAMPLES = 8
 """Generated requests per operation, mode and set of ids: the whole test stays well under a minute."""
@@ -97,7 +98,20 @@ def data_run(team, creator, path):
         n=1,
         trajectories=[ANSWER],
     )
-    return {"run_id": str(run.pk), "checkpoint_id": checkpoint.pk, "heatmap_id": heatmap.pk, "cell_id": cell.pk}
+    now = timezone.now()
+    DiversityRecord.objects.create(
+        run=run, step=1, reason="step", size=1, strategies=1, entropy=0.0, time=now
+    )  # a population of one: its pairwise measures are null
+    alarm = PopulationAlarm.objects.create(
+        run=run, step=1, since_step=0, reasons=["entropy"], collapse_cosine=0.95, collapse_entropy=0.05, time=now
+    )
+    return {
+        "run_id": str(run.pk),
+        "checkpoint_id": checkpoint.pk,
+        "heatmap_id": heatmap.pk,
+        "cell_id": cell.pk,
+        "alarm_id": alarm.pk,
+    }
 
 
 @pytest.fixture
@@ -134,7 +148,13 @@ def api_schema(world):
 def fixed_values(operation, world):
     """What each round of generated requests keeps fixed, and whether it names another team's run: nothing
     (made-up ids), the ids of alice's run, those of bob's run; for the comparison, alice's two runs."""
-    names = {p.name for p in operation.path_parameters} & {"run_id", "checkpoint_id", "heatmap_id", "cell_id"}
+    names = {p.name for p in operation.path_parameters} & {
+        "run_id",
+        "checkpoint_id",
+        "heatmap_id",
+        "cell_id",
+        "alarm_id",
+    }
     if operation.path.endswith("/compare/"):
         return [({}, False), ({"query": {"runs": world["compared"]}}, False)]
     if not names:
