@@ -1,6 +1,7 @@
 """Benchmark of the torch backend's rollout engine against transformers' `generate` and the machine's matmul ceiling.
 
     .venv/bin/python bench/rollout.py [--batch-questions 8 --group 5 --new-tokens 128 --threads N --repeats R]
+                                      [--rollout-dtype policy|bfloat16] [--hf-dtype float32|bfloat16]
 
 Both sides sample (temperature 1, top-p 1) exactly `--new-tokens` tokens for each of batch-questions × group
 prompts: `generate` with min_new_tokens = max_new_tokens, the engine with stop strings and EOS ignored for one turn
@@ -8,6 +9,11 @@ of that many tokens. Tokens/s counts generated tokens; the time includes reading
 GFLOP/s of a large float32 matmul into tokens/s at 2 × parameters FLOPs per token. The one-token runs time reading
 the prompts, so the differences show the decoding speed alone. On a shared machine, use --repeats: runs are
 interleaved and the fastest of each method is reported, with the CPU cores it got and the load average.
+
+The policy is float32, as the CPU backend loads it. `--rollout-dtype bfloat16` runs the engine on the bfloat16 copy
+that `backend.rollout_dtype` configures, and then also measures the rollout/policy mismatch that copy causes over
+the engine's sampled tokens (verl's `rollout_probs_diff` and more: see `mismatch`); `--hf-dtype bfloat16` runs
+`generate` on a bfloat16 copy too, for a like-for-like comparison.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
-from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, _Row  # noqa: E402
+from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, RolloutWeights, _Row  # noqa: E402
+from inspo_engine.backends.torch.samples import RolloutSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION  # noqa: E402
 from inspo_engine.env.protocol import Passage  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
@@ -118,16 +126,21 @@ def hf_generate(model: Any, tokenizer: Any, items: list[tuple[str, Question]], n
     assert out.shape[1] - batch["input_ids"].shape[1] == new_tokens
 
 
-def fixed_length_engine(model: Any, tokenizer: Any, new_tokens: int) -> FixedLengthEngine:
+def fixed_length_engine(
+    model: Any, tokenizer: Any, new_tokens: int, weights_dtype: torch.dtype | None = None
+) -> FixedLengthEngine:
     settings = RolloutSettings(
         max_turns=0, max_turn_tokens=new_tokens, max_obs_tokens=500, max_prompt_length=4096, top_k=3
     )
-    return FixedLengthEngine(model, tokenizer, FixedPassages(), settings, device=torch.device("cpu"))
+    return FixedLengthEngine(
+        model, tokenizer, FixedPassages(), settings, device=torch.device("cpu"), weights_dtype=weights_dtype
+    )
 
 
-def engine_generate(engine: RolloutEngine, items: list[tuple[str, Question]], new_tokens: int) -> None:
+def engine_generate(engine: RolloutEngine, items: list[tuple[str, Question]], new_tokens: int) -> list[RolloutSample]:
     samples = engine.generate(items, generator=torch.Generator().manual_seed(0))
     assert all(len(s.response_ids) == new_tokens and s.error is None for s in samples)
+    return samples
 
 
 def parse_args() -> argparse.Namespace:
@@ -139,6 +152,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=REPO / "cache" / "models")
     parser.add_argument("--repeats", type=int, default=1, help="interleaved runs of each method; the fastest counts")
     parser.add_argument("--skip-hf", action="store_true", help="time only the engine (no speed-up line)")
+    parser.add_argument(
+        "--rollout-dtype", choices=sorted(ROLLOUT_DTYPES), default="policy", help="the engine's backend.rollout_dtype"
+    )
+    parser.add_argument("--hf-dtype", choices=["float32", "bfloat16"], default="float32", help="weights generate reads")
     return parser.parse_args()
 
 
@@ -152,26 +169,69 @@ def main() -> None:
     params = sum(p.numel() for p in model.parameters())
     questions = [Question(f"q{i}", QUESTIONS[i % len(QUESTIONS)], ("",)) for i in range(args.batch_questions)]
     items = [(SEED_INSTRUCTION, q) for q in questions for _ in range(args.group)]
+    dtype = ROLLOUT_DTYPES[args.rollout_dtype]
+    engines = [fixed_length_engine(model, tokenizer, n, dtype) for n in (args.new_tokens, 1)]
+    hf_model = RolloutWeights(model, torch.bfloat16 if args.hf_dtype == "bfloat16" else None).current()
     with torch.inference_mode():
-        engine_generate(fixed_length_engine(model, tokenizer, 2), items[:2], 2)  # warm-ups
-        hf_generate(model, tokenizer, items[:2], 2)
+        engine_generate(fixed_length_engine(model, tokenizer, 2, dtype), items[:2], 2)  # warm-ups
+        hf_generate(hf_model, tokenizer, items[:2], 2)
         gflops = matmul_gflops()
         best: list[Timing] = []
         for _ in range(args.repeats):  # interleaved; the fastest of each is kept (others share this machine)
-            rows = ([] if args.skip_hf else time_hf(model, tokenizer, items, args.new_tokens)) + time_engine(
-                model, tokenizer, items, args.new_tokens
+            rows = ([] if args.skip_hf else time_hf(hf_model, tokenizer, items, args.new_tokens)) + time_engine(
+                engines, items, args.new_tokens
             )
             best = [min(a, b, key=lambda t: t.seconds) for a, b in zip(best, rows, strict=True)] if best else rows
     report(args, params, gflops, best)
+    copy = engines[0].weights.copy
+    if copy is not None:
+        with torch.inference_mode():
+            measured = mismatch(model, copy, engine_generate(engines[0], items, args.new_tokens))
+        print(
+            "\nrollout/policy mismatch on the engine's sampled tokens: "
+            + ", ".join(f"{name}={value:.4g}" for name, value in measured.items())
+        )
 
 
-def time_engine(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_tokens: int) -> list[Timing]:
+def time_engine(engines: list[FixedLengthEngine], items: list[tuple[str, Question]], new_tokens: int) -> list[Timing]:
     """The full run, then a one-token run (reading the prompts) to split prompt reading from decoding."""
-    full, one = (fixed_length_engine(model, tokenizer, n) for n in (new_tokens, 1))
+    full, one = engines
     return [
         timed("RolloutEngine", len(items) * new_tokens, lambda: engine_generate(full, items, new_tokens)),
         timed("RolloutEngine, 1 token (prompts)", len(items), lambda: engine_generate(one, items, 1)),
     ]
+
+
+def mismatch(policy: Any, rollout: Any, samples: list[RolloutSample]) -> dict[str, float]:
+    """How the rollout weights' next-token distributions differ from the policy's at every sampled response token.
+
+    - `probs_diff_mean` / `probs_diff_max`: |π_rollout(token) − π_policy(token)| (verl's `rollout_probs_diff`);
+    - `logprob_diff_mean`: mean |log π_rollout(token) − log π_policy(token)|;
+    - `kl_mean`: the exact KL(π_rollout ‖ π_policy) over the vocabulary, averaged over positions;
+    - `ratio_outside_clip`: share of tokens whose importance ratio π_policy / π_rollout leaves [0.8, 1.2] (the
+      update's clip range; it treats the rollout as the policy's own, ratio 1);
+    - `greedy_agreement`: share of positions where both put the most weight on the same token.
+    """
+    totals = {"probs_diff_mean": 0.0, "logprob_diff_mean": 0.0, "kl_mean": 0.0, "ratio_outside_clip": 0.0}
+    probs_diff_max, agree, count = 0.0, 0, 0
+    for sample in samples:
+        ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+        start, targets = len(sample.prompt_ids), torch.tensor(sample.response_ids)
+        log_p, log_r = (
+            torch.log_softmax(model(input_ids=ids).logits[0, start - 1 : -1].float(), dim=-1)
+            for model in (policy, rollout)
+        )
+        token_p, token_r = (lp.gather(-1, targets[:, None]).squeeze(-1) for lp in (log_p, log_r))
+        diff = (token_r.exp() - token_p.exp()).abs()
+        totals["probs_diff_mean"] += float(diff.sum())
+        totals["logprob_diff_mean"] += float((token_r - token_p).abs().sum())
+        totals["kl_mean"] += float((log_r.exp() * (log_r - log_p)).sum())
+        totals["ratio_outside_clip"] += float(((token_p - token_r).exp() - 1).abs().gt(0.2).sum())
+        probs_diff_max = max(probs_diff_max, float(diff.max()))
+        agree += int((log_p.argmax(-1) == log_r.argmax(-1)).sum())
+        count += len(sample.response_ids)
+    out = {name: total / count for name, total in totals.items()}
+    return out | {"probs_diff_max": probs_diff_max, "greedy_agreement": agree / count, "tokens": float(count)}
 
 
 def time_hf(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_tokens: int) -> list[Timing]:
@@ -186,11 +246,12 @@ def time_hf(model: Any, tokenizer: Any, items: list[tuple[str, Question]], new_t
 def report(args: argparse.Namespace, params: int, gflops: float, rows: list[Timing]) -> None:
     ceiling = gflops * 1e9 / (2 * params)
     print(
-        f"SmolLM2-135M-Instruct ({params / 1e6:.1f} M parameters), CPU float32, {torch.get_num_threads()} torch "
-        f"threads, {os.cpu_count()} CPUs; batch {args.batch_questions} questions × G = {args.group}, "
-        f"{args.new_tokens} new tokens each"
+        f"SmolLM2-135M-Instruct ({params / 1e6:.1f} M parameters), CPU float32 policy (engine: rollout_dtype "
+        f"{args.rollout_dtype}, generate: {args.hf_dtype}), {torch.get_num_threads()} torch threads, "
+        f"{os.cpu_count()} CPUs; batch {args.batch_questions} questions × G = {args.group}, {args.new_tokens} new "
+        "tokens each"
     )
-    print(f"matmul ceiling: {gflops:.0f} GFLOP/s ≈ {ceiling:.0f} tokens/s\n")
+    print(f"float32 matmul ceiling: {gflops:.0f} GFLOP/s ≈ {ceiling:.0f} tokens/s\n")
     print("| method | tokens | seconds | tokens/s | fraction of ceiling | CPU use (cores) | load avg (1 min) |")
     print("|---|---|---|---|---|---|---|")
     for t in rows:

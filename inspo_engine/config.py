@@ -237,6 +237,11 @@ class BackendConfig:
     """Where the torch backend runs; auto picks CUDA when present."""
     max_new_tokens: int = bounded(500, 1, 32_768)
     """Generation budget per model turn."""
+    rollout_dtype: Literal["policy", "bfloat16"] = "policy"
+    """Weights the torch backend's rollouts read: 'policy' (the trained weights themselves) or 'bfloat16' (a copy
+    refreshed after every update; on a CPU with AMX or AVX512-BF16 decoding runs about twice as fast, but rollouts
+    then sample from a slightly different policy than the float32 one whose log-probs the update uses — the README
+    gives the measured mismatch). A policy already in that dtype (CUDA) is read directly."""
 
 
 @dataclass

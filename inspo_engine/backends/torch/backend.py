@@ -24,6 +24,8 @@ from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample
 
 GENERATOR_FILE = "rollout_generator.pt"
+ROLLOUT_DTYPES: dict[str, torch.dtype | None] = {"policy": None, "bfloat16": torch.bfloat16}
+"""`backend.rollout_dtype` → the dtype of the copy the rollout engine reads (None: the policy itself)."""
 TRAINING_DIR = OPTIMIZER_DIR
 
 
@@ -53,7 +55,14 @@ class TorchBackend:
             top_p=config.grpo.top_p,
             max_new_tokens=config.backend.max_new_tokens,
         )
-        self.engine = RolloutEngine(self.trainer.model, tokenizer, retriever, settings, device=self.device)
+        self.engine = RolloutEngine(
+            self.trainer.model,
+            tokenizer,
+            retriever,
+            settings,
+            device=self.device,
+            weights_dtype=ROLLOUT_DTYPES[config.backend.rollout_dtype],
+        )
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
         self.drop_uniform_groups = config.grpo.drop_uniform_groups

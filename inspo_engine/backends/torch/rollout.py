@@ -19,14 +19,20 @@ How a batch runs:
   `extract_answer` over the whole response would pick up the `<answer> and </answer>` that the invalid-action
   note itself shows.)
 - Attention runs through `_grouped_sdpa`, registered with transformers under `GROUPED_SDPA` and switched on only
-  while `generate` runs: grouped-query attention over the cache without repeating the key/value heads.
+  while `generate` runs: grouped-query attention over the cache without repeating the key/value heads. The output
+  head runs on each row's last hidden state only.
+- Tokens are drawn by `_sample`: one uniform number per row, inverse CDF in two levels (blocks, then a token).
+- Rollouts read `RolloutWeights`: the policy itself (default), or a copy in another dtype — bfloat16 decodes about
+  twice as fast on a CPU with AMX — refreshed from the policy whenever its weights changed (`backend.rollout_dtype`).
 
-Supported models: decoder-only transformers models whose attention goes through transformers' `AttentionInterface`
-and that accept a 4-D boolean attention mask and `position_ids` (Llama, Qwen2, Mistral, SmolLM2, …).
+Supported models: decoder-only transformers models whose attention goes through transformers' `AttentionInterface`,
+that accept a 4-D boolean attention mask and `position_ids`, and whose logits are the output head applied to the
+decoder's last hidden state (Llama, Qwen2, Mistral, SmolLM2, …; not models with final logit soft-capping).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -34,6 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 from transformers import AttentionInterface
 from transformers.cache_utils import Cache
 
@@ -50,6 +57,7 @@ from ...env.protocol import (
     rollout_over,
 )
 from ...types import Question
+from .logits import split_causal_lm
 from .samples import RolloutSample
 
 GROUPED_SDPA = "inspo_grouped_sdpa"
@@ -60,6 +68,9 @@ _TAIL_CHARS = 64
 
 _FORWARD_TOKENS = 8192
 """Most tokens (rows × chunk length) fed through the model in one forward when ingesting prompts or observations."""
+
+_SAMPLE_BLOCK = 256
+"""Tokens per block of the two-level inverse-CDF sampler (`_sample`)."""
 
 _CLOSING = "</information>\n\n"
 """Kept at the end of an observation cut to max_obs_tokens, so the model still sees the block close."""
@@ -227,6 +238,47 @@ class _RowCache(Cache):
         self.capacity = capacity
 
 
+# -- the weights rollouts read --------------------------------------------------------------------------------
+
+
+class RolloutWeights:
+    """The weights rollouts read: the policy itself, or a copy of it in another dtype (e.g. bfloat16 on a CPU whose
+    matrix units multiply it several times faster than float32) that is refreshed from the policy whenever the
+    policy's weights have changed since the last refresh — after every update or load, never in between.
+
+    A copy samples from a slightly different distribution than the policy the trainer scores the tokens with (the
+    rollout/policy mismatch vLLM brings to verl); the trainer's log-probs always come from the policy itself.
+    """
+
+    def __init__(self, policy: nn.Module, dtype: torch.dtype | None) -> None:
+        self.policy = policy
+        params = list(policy.parameters())
+        self.copy: nn.Module | None = None
+        if dtype is not None and any(p.dtype != dtype for p in params if p.is_floating_point()):
+            with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, so that later refreshes may write
+                # the memo hands deepcopy the converted parameters, so the policy's float32 weights are never
+                # duplicated; tied parameters stay tied
+                memo = {id(p): nn.Parameter(p.to(dtype) if p.is_floating_point() else p.clone(), False) for p in params}
+                self.copy = copy.deepcopy(policy, memo).eval()
+        self._seen = self._fingerprint()
+
+    def current(self) -> Any:
+        """The model to roll out with (the copy refreshed first if the policy changed since)."""
+        if self.copy is None:
+            return self.policy
+        seen = self._fingerprint()
+        if seen != self._seen:
+            with torch.inference_mode(False), torch.no_grad():
+                for mine, theirs in zip(self.copy.parameters(), self.policy.parameters(), strict=True):
+                    mine.copy_(theirs)
+            self._seen = seen
+        return self.copy
+
+    def _fingerprint(self) -> tuple[tuple[int, int], ...]:
+        """Where each policy parameter's data lives and its version counter (which every in-place write bumps)."""
+        return tuple((p.data_ptr(), p._version) for p in self.policy.parameters())
+
+
 # -- the engine ------------------------------------------------------------------------------------------------
 
 
@@ -241,12 +293,17 @@ class RolloutEngine:
         settings: RolloutSettings,
         *,
         device: torch.device,
+        weights_dtype: torch.dtype | None = None,
     ) -> None:
+        """`weights_dtype`: None (rollouts read the policy's own weights) or a dtype for a copy that rollouts read
+        instead (see `RolloutWeights`)."""
         self.model = model
         self.tokenizer = tokenizer
         self.retriever = retriever
         self.settings = settings
         self.device = device
+        self.weights = RolloutWeights(model, weights_dtype)
+        self._parts = split_causal_lm(model)
         self._eos = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
         self._pad = int(pad) if pad is not None else min(self._eos, default=0)
@@ -274,7 +331,7 @@ class RolloutEngine:
             if generator is None and not greedy:
                 generator = torch.Generator(device=self.device)
                 generator.seed()
-            with torch.inference_mode(), self._generation_mode():
+            with self._generation_mode(), torch.inference_mode():
                 self._run(live, greedy, generator)
         return [self._result(row) for row in rows]
 
@@ -389,15 +446,12 @@ class RolloutEngine:
         """One forward pass writing ids[j, i] at column cols[j, i] (also its position); logits after the last input."""
         cache.plan(select, cols, width)
         mask = torch.arange(width, device=self.device)[None, None, None, :] <= cols[:, None, :, None]
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=cols,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
+        out = self._parts.decoder(
+            input_ids=ids, attention_mask=mask, position_ids=cols, past_key_values=cache, use_cache=True
         )
-        logits: torch.Tensor = out.logits[:, -1, :].float()
+        # the head reads one 2-D row per sequence: through transformers' logits_to_keep a bfloat16 prefill went
+        # through a batched matmul that copied the head's weights once per sequence
+        logits: torch.Tensor = self._parts.head(out.last_hidden_state[:, -1]).float()
         return logits
 
     def _next_tokens(
@@ -498,39 +552,69 @@ class RolloutEngine:
 
     @contextmanager
     def _generation_mode(self) -> Iterator[None]:
-        """Eval mode and grouped attention while generating; the model's own settings come back afterwards."""
-        previous = self.model.config._attn_implementation
-        was_training = self.model.training
-        self.model.set_attn_implementation(GROUPED_SDPA)
-        if self.model.config._attn_implementation != GROUPED_SDPA:
-            raise NotImplementedError(f"{type(self.model).__name__} cannot switch to the engine's attention")
-        self.model.eval()
+        """The weights rollouts read (refreshed first when they are a copy) in eval mode with grouped attention; the
+        model's own settings come back afterwards."""
+        model = self.weights.current()
+        self._parts = split_causal_lm(model)
+        previous = model.config._attn_implementation
+        was_training = model.training
+        model.set_attn_implementation(GROUPED_SDPA)
+        if model.config._attn_implementation != GROUPED_SDPA:
+            raise NotImplementedError(f"{type(model).__name__} cannot switch to the engine's attention")
+        model.eval()
         try:
             yield
         finally:
-            self.model.set_attn_implementation(previous)
-            self.model.train(was_training)
+            model.set_attn_implementation(previous)
+            model.train(was_training)
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
 
 
 def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row from softmax(logits / temperature), restricted to the top-p nucleus when top_p < 1."""
+    """One token per row from softmax(logits / temperature), restricted to the top-p nucleus when top_p < 1.
+
+    Inverse-CDF sampling with one uniform number per row (torch.multinomial draws one per vocabulary entry, about
+    15 % of a CPU decode step at batch 40), in two levels so that no full-vocabulary cumulative sum is made (that
+    float64 cumsum was another 5–10 %): the draw picks a block of `_SAMPLE_BLOCK` tokens from the blocks' summed
+    weights, then a token inside that block. The weights are exp(logit − max) in float32 (the softmax's own
+    precision), summed per block in float32; the cumulative sums and the draw are float64. A token of zero weight
+    (outside the nucleus) is never chosen.
+    """
     if temperature != 1.0:
         logits = logits / temperature
     if top_p < 1.0:
-        ordered, order = logits.sort(dim=-1, descending=True)
-        probs = ordered.softmax(dim=-1)
-        outside = probs.cumsum(dim=-1) - probs > top_p  # the most likely token always stays
-        ordered = ordered.masked_fill(outside, float("-inf"))
-        logits = torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
-    # Inverse-CDF sampling draws one uniform number per row; torch.multinomial draws one per vocabulary entry, which
-    # took about 15 % of a CPU decode step at batch 40. The CDF is summed in float64.
-    cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
-    draws = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64, device=_device_of(generator, cdf))
-    chosen: torch.Tensor = torch.searchsorted(cdf, draws.to(cdf.device) * cdf[:, -1:], right=True)
-    return chosen.squeeze(1).clamp_(max=cdf.shape[1] - 1)
+        logits = _nucleus(logits, top_p)
+    rows, vocab = logits.shape
+    blocks = -(-vocab // _SAMPLE_BLOCK)
+    weights = logits.new_empty((rows, blocks * _SAMPLE_BLOCK))
+    weights[:, vocab:] = 0.0
+    torch.sub(logits, logits.amax(dim=-1, keepdim=True), out=weights[:, :vocab]).exp_()
+    weights = weights.view(rows, blocks, _SAMPLE_BLOCK)
+    block_cdf = weights.sum(dim=-1).double().cumsum_(dim=-1)
+    draws = torch.rand(rows, 1, generator=generator, dtype=torch.float64, device=_device_of(generator, logits))
+    draws = draws.to(logits.device) * block_cdf[:, -1:]
+    block = torch.searchsorted(block_cdf, draws, right=True).minimum(_last_rise(block_cdf))
+    before = torch.where(block > 0, block_cdf.gather(1, (block - 1).clamp(min=0)), 0.0)
+    inner = weights[torch.arange(rows, device=logits.device), block.squeeze(1)].double().cumsum_(dim=-1)
+    chosen = torch.searchsorted(inner, draws - before, right=True).minimum(_last_rise(inner))
+    return (block * _SAMPLE_BLOCK + chosen).squeeze(1)
+
+
+def _last_rise(cdf: torch.Tensor) -> torch.Tensor:
+    """Per row, the last index where the cumulative sum grows: the last entry of positive weight. A draw that
+    rounding put at or past the total lands there instead of on a zero-weight entry."""
+    return (cdf < cdf[:, -1:]).sum(dim=-1, keepdim=True)
+
+
+def _nucleus(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`logits` with every token outside the top-p nucleus set to −inf (the most likely token always stays)."""
+    ordered, order = logits.sort(dim=-1, descending=True)
+    probs = ordered.softmax(dim=-1)
+    outside = probs.cumsum(dim=-1) - probs > top_p
+    ordered = ordered.masked_fill(outside, float("-inf"))
+    return torch.full_like(logits, float("-inf")).scatter(-1, order, ordered)
 
 
 def _device_of(generator: torch.Generator | None, tensor: torch.Tensor) -> torch.device:

@@ -87,3 +87,23 @@ def test_dropping_uniform_groups_trains_only_on_groups_whose_rewards_differ():
     assert not unchanged() and mixed.metrics["optimizer_steps"] == 1.0
     trained = sum(len(t.payload.response_ids) for t in groups[0])
     assert mixed.metrics["response_tokens"] == trained  # the uniform second group was left out
+
+
+def test_bfloat16_rollouts_read_a_copy_that_follows_every_update():
+    backend = TorchBackend(
+        CONFIG.with_overrides({"backend.rollout_dtype": "bfloat16"}), retriever=EchoRetriever(), cache_dir=CACHE_DIR
+    )
+    policy, copy = backend.trainer.model, backend.engine.weights.copy
+    assert copy is not None and {p.dtype for p in copy.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}  # the update trains the float32 weights
+    groups = backend.rollout(requests(), group_size=2)
+    groups[0][0].reward, groups[0][1].reward = 1.0, 0.0
+    backend.update(groups)
+
+    def in_step() -> bool:
+        pairs = zip(copy.parameters(), policy.parameters(), strict=True)
+        return all(torch.equal(mine, theirs.detach().to(torch.bfloat16)) for mine, theirs in pairs)
+
+    assert not in_step()
+    backend.rollout(requests(1), group_size=1)
+    assert in_step()

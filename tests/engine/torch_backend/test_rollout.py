@@ -7,6 +7,7 @@ reads every token, so the unscripted tokens that follow are checked against a pl
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import deque
 from collections.abc import Iterator
@@ -17,8 +18,10 @@ import pytest
 import torch
 
 from inspo_engine.backends.torch.rollout import (
+    _SAMPLE_BLOCK,
     RolloutEngine,
     RolloutSettings,
+    RolloutWeights,
     _sample,
     _shared_prefixes,
     _spans,
@@ -126,7 +129,7 @@ def run(smollm2) -> ProtocolRun:
     engine = ScriptedEngine(model, tokenizer, retriever, settings(max_turns=1), device=CPU, scripts=scripts)
     items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET, SEINE, HAMLET, SUM, PERU)]
     sizes: list[int] = []
-    hook = model.register_forward_pre_hook(
+    hook = model.get_decoder().register_forward_pre_hook(  # the engine runs the decoder, then the head on one row
         lambda _module, _args, kwargs: (
             sizes.append(kwargs["input_ids"].shape[0]) if kwargs["input_ids"].shape[1] == 1 else None
         ),
@@ -267,6 +270,55 @@ def test_tokens_after_prompts_and_observations_match_a_plain_forward_over_the_wh
     assert checked >= 24
 
 
+class RecordingEngine(RolloutEngine):
+    """Keeps the logits each row's every token was chosen from, by row index."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.logits: dict[int, list[torch.Tensor]] = {}
+
+    def _next_tokens(self, logits, rows, greedy, generator):
+        for row, row_logits in zip(rows, logits, strict=True):
+            self.logits.setdefault(row.index, []).append(row_logits.clone())
+        return super()._next_tokens(logits, rows, greedy, generator)
+
+
+def test_every_steps_logits_are_those_of_a_full_forward_pass_to_float32_tolerance(smollm2):
+    """The cache (each prompt and shared prefix read once, rows written in place, finished rows dropped) and the head
+    applied to each row's last state give the logits of the model re-reading the whole sequence."""
+    model, tokenizer = smollm2
+    engine = RecordingEngine(model, tokenizer, EchoRetriever(), settings(max_turns=0, max_turn_tokens=12), device=CPU)
+    items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET, SEINE)]
+    samples = engine.generate(items, generator=torch.Generator().manual_seed(4))
+    for index, sample in enumerate(samples):
+        sequence = torch.tensor([sample.prompt_ids + sample.response_ids])
+        with torch.inference_mode():
+            expected = model(input_ids=sequence).logits[0, len(sample.prompt_ids) - 1 : -1]
+        got = torch.stack(engine.logits[index])
+        assert got.shape == expected.shape
+        torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
+
+
+def test_greedy_rollouts_write_the_tokens_transformers_generate_writes(smollm2):
+    model, tokenizer = smollm2
+    engine = RolloutEngine(model, tokenizer, EchoRetriever(), settings(max_turns=0, max_turn_tokens=16), device=CPU)
+    items = [(SEED_INSTRUCTION, q) for q in (PERU, HAMLET, SEINE, SUM)]
+    samples = engine.generate(items, greedy=True)
+    for sample in samples:
+        prompt = torch.tensor([sample.prompt_ids])
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=prompt,
+                attention_mask=torch.ones_like(prompt),
+                do_sample=False,
+                max_new_tokens=16,
+                pad_token_id=tokenizer.pad_token_id,
+            )
+        written = out[0, prompt.shape[1] :].tolist()
+        assert len(sample.response_ids) >= 4  # the turn may end at a stop string, where generate goes on
+        assert sample.response_ids == written[: len(sample.response_ids)]
+
+
 def test_finished_rows_leave_the_batch(run):
     sizes = run.batch_sizes
     assert sizes[0] == 7
@@ -312,6 +364,40 @@ def test_a_prompt_over_max_prompt_length_gives_an_error_sample_and_the_others_st
     assert good.error is None and good.turns == 1 and 1 <= len(good.response_ids) <= 3
 
 
+def one_level_sample(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """The sampler before the two-level one: inverse CDF over one full-vocabulary float64 cumulative sum."""
+    cdf = logits.softmax(dim=-1).double().cumsum(dim=-1)
+    draws = torch.rand(cdf.shape[0], 1, generator=generator, dtype=torch.float64)
+    return torch.searchsorted(cdf, draws * cdf[:, -1:], right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
+
+
+def test_the_two_level_sampler_draws_what_one_cumulative_sum_over_the_vocabulary_draws():
+    """Same uniform draw, same token, but where float32 block sums round a draw across a token boundary."""
+    logits = torch.randn(64, 49_152, generator=torch.Generator().manual_seed(0)) * 3
+    same = sum(
+        int(
+            (
+                _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(seed))
+                == one_level_sample(logits, torch.Generator().manual_seed(seed))
+            ).sum()
+        )
+        for seed in range(20)
+    )
+    assert same >= 0.998 * 20 * 64
+
+
+def test_the_sampler_never_draws_a_token_of_zero_weight():
+    vocab = 3 * _SAMPLE_BLOCK + 5  # the last block is padded
+    logits = torch.full((4000, vocab), float("-inf"))
+    allowed = [0, _SAMPLE_BLOCK - 1, _SAMPLE_BLOCK, 2 * _SAMPLE_BLOCK + 7, vocab - 1]
+    logits[:, allowed] = torch.tensor([0.0, -30.0, 1.0, -80.0, 2.0])
+    chosen = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(3))
+    assert set(chosen.tolist()) <= set(allowed)
+    assert {0, _SAMPLE_BLOCK, vocab - 1} <= set(chosen.tolist())
+    small = _sample(torch.tensor([[0.0, float("-inf"), 0.0]]).repeat(500, 1), 1.0, 1.0, torch.Generator())
+    assert set(small.tolist()) == {0, 2}
+
+
 def test_top_p_keeps_only_the_nucleus():
     logits = torch.tensor([[3.0, 2.9, -5.0, -5.0], [0.0, 0.0, 0.0, 10.0]]).repeat(50, 1)
     chosen = _sample(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
@@ -325,6 +411,12 @@ def test_sampling_follows_the_softmax_of_the_logits():
     chosen = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
     frequencies = torch.bincount(chosen, minlength=4).double() / len(chosen)
     assert torch.allclose(frequencies, torch.tensor([0.1, 0.2, 0.7, 0.0], dtype=torch.float64), atol=0.015)
+    spread = torch.full((1, 3 * _SAMPLE_BLOCK), float("-inf"))
+    spread[0, ::_SAMPLE_BLOCK] = torch.tensor([0.2, 0.3, 0.5]).log()  # one token in each of three blocks
+    drawn = _sample(spread.repeat(20_000, 1), 1.0, 1.0, torch.Generator().manual_seed(2))
+    assert set(drawn.tolist()) == {0, _SAMPLE_BLOCK, 2 * _SAMPLE_BLOCK}
+    share = torch.bincount(drawn // _SAMPLE_BLOCK, minlength=3).double() / len(drawn)
+    assert torch.allclose(share, torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), atol=0.015)
     hot = _sample(logits[:1000], 0.05, 1.0, torch.Generator().manual_seed(1))
     assert set(hot.tolist()) == {2}
 
@@ -346,6 +438,61 @@ def test_settings_take_the_smaller_turn_budget_from_the_config():
     env = EnvConfig(max_turns=3, max_turn_tokens=96, max_obs_tokens=160, max_prompt_length=1024, top_k=3)
     got = RolloutSettings.from_config(env, temperature=0.7, top_p=0.9, max_new_tokens=64)
     assert got == RolloutSettings(3, 64, 160, 1024, 3, 0.7, 0.9)
+
+
+# -- the weights rollouts read ---------------------------------------------------------------------------------
+
+
+def test_without_a_dtype_or_in_the_policys_own_dtype_rollouts_read_the_policy_itself(smollm2):
+    model, _ = smollm2
+    assert RolloutWeights(model, None).current() is model
+    assert RolloutWeights(model, torch.float32).current() is model
+
+
+def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_only_after_the_policy_changed(smollm2):
+    model, _ = smollm2
+    policy = copy.deepcopy(model)
+    weights = RolloutWeights(policy, torch.bfloat16)
+    rollout = weights.current()
+    assert rollout is weights.copy and rollout is not policy
+    assert {p.dtype for p in rollout.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}
+    assert rollout.get_input_embeddings().weight is rollout.get_output_embeddings().weight
+    assert not any(p.requires_grad for p in rollout.parameters())
+    norm = rollout.get_decoder().norm.weight
+    version = norm._version
+    assert weights.current() is rollout and norm._version == version  # nothing changed: nothing copied
+    with torch.no_grad():
+        policy.get_decoder().norm.weight.mul_(1.5)  # what an optimizer step does: an in-place write
+    assert not torch.equal(norm, policy.get_decoder().norm.weight.to(torch.bfloat16))
+    assert weights.current() is rollout
+    assert norm._version > version
+    for mine, theirs in zip(rollout.parameters(), policy.parameters(), strict=True):
+        assert torch.equal(mine, theirs.detach().to(torch.bfloat16))
+
+
+def test_bfloat16_rollouts_are_the_copys_greedy_choices_and_leave_the_policy_as_it_was(smollm2):
+    model, tokenizer = smollm2
+    engine = RolloutEngine(
+        model,
+        tokenizer,
+        EchoRetriever(),
+        settings(max_turns=0, max_turn_tokens=10),
+        device=CPU,
+        weights_dtype=torch.bfloat16,
+    )
+    attention = model.config._attn_implementation
+    samples = engine.generate([(SEED_INSTRUCTION, q) for q in (PERU, HAMLET)], greedy=True)
+    assert model.config._attn_implementation == attention and not model.training
+    rollout = engine.weights.current()
+    for sample in samples:
+        sequence = torch.tensor([sample.prompt_ids + sample.response_ids])
+        with torch.inference_mode():
+            logits = rollout(input_ids=sequence).logits[0].float()
+        start = len(sample.prompt_ids)
+        for position, token in enumerate(sample.response_ids):
+            row = logits[start + position - 1]
+            assert row[token] >= row.max() - 0.5, position  # bfloat16 kernels round differently (steps of 1/8 at 16)
 
 
 # -- where the instruction goes ----------------------------------------------------------------------------------
