@@ -1,5 +1,5 @@
 """Every endpoint and page: anonymous requests are refused, a member of another team gets 404, a viewer reads
-but cannot submit, cancel, clone, resume or evaluate — and the team's own members get through."""
+but cannot submit, cancel, clone, resume, evaluate or steer — and the team's own members get through."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ API_READS = [
     "api:run-best-instruction",
     "api:run-best-instruction-text",
     "api:run-export",
+    "api:run-control",
     "api:run-diversity",
     "api:run-heatmaps",
 ]
@@ -70,6 +71,7 @@ API_WRITES = [
     ("api:run-clone", {"name": "copy"}, Run.Status.FINISHED, 201),
     ("api:run-resume", None, Run.Status.FAILED, 200),
     ("api:run-evaluate", {"benchmarks": ["builtin"]}, Run.Status.FINISHED, 202),
+    ("api:run-control", {"kind": "pin", "instruction_id": "ins-0000"}, Run.Status.RUNNING, 201),
     ("api:run-heatmaps", {"sample_size": 2}, Run.Status.FINISHED, 202),
 ]
 
@@ -119,6 +121,7 @@ PAGE_WRITES = [
     ("runs:resume", {}, Run.Status.FAILED),
     ("runs:clone", {"name": "copy"}, Run.Status.FINISHED),
     ("runs:evaluate", {"benchmarks": "builtin"}, Run.Status.FINISHED),
+    ("runs:control", {"kind": "pin", "instruction_id": "ins-0000"}, Run.Status.RUNNING),
     (
         "runs:heatmap",
         {"instructions": "ins-0000", "steps": "2", "benchmark": "builtin", "sample_size": "2", "sample_seed": "0"},
