@@ -1,10 +1,11 @@
 """The engine's event sink for the web app: buffers one run's events and writes each batch in one transaction.
 
-A batch is written when the population changes (the end of every step), at checkpoints and at the run's end,
-when it reaches `max_batch` events, or when `max_delay` seconds have passed since the last write. A sink for an
-attempt writes only while that attempt holds the run: each batch first locks the run's row on that condition, and
-once it fails the sink raises RunSuperseded, now and on every later event. It knows the engine's event kinds and
-the runs app's tables; it decides nothing about the run's status.
+A batch is written when the population changes (the end of every step) and when its diversity is measured (so a
+live run page sees the step's diversity with the step), at checkpoints and at the run's end, when it reaches
+`max_batch` events, or when `max_delay` seconds have passed since the last write. A sink for an attempt writes only
+while that attempt holds the run: each batch first locks the run's row on that condition, and once it fails the sink
+raises RunSuperseded, now and on every later event. It knows the engine's event kinds and the runs app's tables; it
+decides nothing about the run's status.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ NOT_STORED = {"stage_started"}
 FLUSH_ON = {
     "run_started",
     "population_changed",
+    "population_diversity",
     "population_collapsed",
     "population_recovered",
     "checkpoint_saved",
