@@ -8,7 +8,8 @@ prompts: `generate` with min_new_tokens = max_new_tokens, the engine with stop s
 of that many tokens. Tokens/s counts generated tokens; the time includes reading the prompts. The ceiling turns the
 GFLOP/s of a large float32 matmul into tokens/s at 2 × parameters FLOPs per token. The one-token runs time reading
 the prompts, so the differences show the decoding speed alone. On a shared machine, use --repeats: runs are
-interleaved and the fastest of each method is reported, with the CPU cores it got and the load average.
+interleaved and the fastest of each method is reported, with the CPU cores it got and the load average; the ratio
+of the two full runs' CPU times is printed beside the speed-up.
 
 The policy is float32, as the CPU backend loads it. `--rollout-dtype bfloat16` runs the engine on the bfloat16 copy
 that `backend.rollout_dtype` configures, and then also measures the rollout/policy mismatch that copy causes over
@@ -266,7 +267,9 @@ def report(args: argparse.Namespace, params: int, gflops: float, rows: list[Timi
             f"{full.seconds - one.seconds:.1f} | {decode:.1f} | {decode / ceiling:.2f} | | |"
         )
     if len(rows) == 4:
+        cpu_ratio = rows[0].cpu_seconds / rows[2].cpu_seconds
         print(f"\nrollout_speedup_vs_hf={rows[2].rate / rows[0].rate:.2f}")
+        print(f"(by CPU time, which other processes disturb less: {cpu_ratio:.2f})")
 
 
 if __name__ == "__main__":

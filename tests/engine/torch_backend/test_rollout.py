@@ -16,12 +16,15 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from inspo_engine.backends.torch.rollout import (
     _SAMPLE_BLOCK,
     RolloutEngine,
     RolloutSettings,
     RolloutWeights,
+    _onednn_bfloat16,
+    _PackedLinear,
     _sample,
     _shared_prefixes,
     _spans,
@@ -283,17 +286,28 @@ class RecordingEngine(RolloutEngine):
         return super()._next_tokens(logits, rows, greedy, generator)
 
 
-def test_every_steps_logits_are_those_of_a_full_forward_pass_to_float32_tolerance(smollm2):
-    """The cache (each prompt and shared prefix read once, rows written in place, finished rows dropped) and the head
-    applied to each row's last state give the logits of the model re-reading the whole sequence."""
+@pytest.mark.parametrize("share_prefixes", [True, False], ids=["shared-prefixes", "copied-prefixes"])
+def test_every_steps_logits_are_those_of_a_full_forward_pass_to_float32_tolerance(smollm2, share_prefixes):
+    """The cache (each prompt and shared prefix read once, then kept once or copied to every row; rows written in
+    place; finished rows dropped) and the head applied to each row's last state give the logits of the model
+    re-reading the whole sequence, searches and observations included."""
     model, tokenizer = smollm2
-    engine = RecordingEngine(model, tokenizer, EchoRetriever(), settings(max_turns=0, max_turn_tokens=12), device=CPU)
-    items = [(SEED_INSTRUCTION, q) for q in (PERU, PERU, HAMLET, SEINE)]
+    engine = RecordingEngine(model, tokenizer, EchoRetriever(), settings(max_turns=1, max_turn_tokens=12), device=CPU)
+    engine.share_prefixes = share_prefixes
+    brief = "Search first, then answer in <answer> tags."
+    items = [
+        (SEED_INSTRUCTION, PERU),
+        (SEED_INSTRUCTION, PERU),
+        (brief, HAMLET),
+        (SEED_INSTRUCTION, SEINE),
+        (brief, SUM),
+    ]
     samples = engine.generate(items, generator=torch.Generator().manual_seed(4))
     for index, sample in enumerate(samples):
         sequence = torch.tensor([sample.prompt_ids + sample.response_ids])
         with torch.inference_mode():
-            expected = model(input_ids=sequence).logits[0, len(sample.prompt_ids) - 1 : -1]
+            logits = model(input_ids=sequence).logits[0, len(sample.prompt_ids) - 1 : -1]
+        expected = logits[[p for p, m in enumerate(sample.response_mask) if m == 1]]
         got = torch.stack(engine.logits[index])
         assert got.shape == expected.shape
         torch.testing.assert_close(got, expected, atol=1e-3, rtol=1e-4)
@@ -459,16 +473,39 @@ def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_onl
     assert {p.dtype for p in policy.parameters()} == {torch.float32}
     assert rollout.get_input_embeddings().weight is rollout.get_output_embeddings().weight
     assert not any(p.requires_grad for p in rollout.parameters())
-    norm = rollout.get_decoder().norm.weight
-    version = norm._version
-    assert weights.current() is rollout and norm._version == version  # nothing changed: nothing copied
+    head = rollout.get_output_embeddings()
+    version = head.weight._version
+    assert weights.current() is rollout and head.weight._version == version  # nothing changed: nothing copied
     with torch.no_grad():
-        policy.get_decoder().norm.weight.mul_(1.5)  # what an optimizer step does: an in-place write
-    assert not torch.equal(norm, policy.get_decoder().norm.weight.to(torch.bfloat16))
+        policy.get_output_embeddings().weight.mul_(1.5)  # what an optimizer step does: an in-place write
+    assert not torch.equal(head.weight, policy.get_output_embeddings().weight.to(torch.bfloat16))
     assert weights.current() is rollout
-    assert norm._version > version
+    assert head.weight._version > version
     for mine, theirs in zip(rollout.parameters(), policy.parameters(), strict=True):
         assert torch.equal(mine, theirs.detach().to(torch.bfloat16))
+    hidden = torch.randn(5, head.weight.shape[1], generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    with torch.inference_mode():  # a packed head was repacked too
+        assert torch.equal(head(hidden), F.linear(hidden, policy.get_output_embeddings().weight.to(torch.bfloat16)))
+
+
+def test_on_a_cpu_with_onednn_bfloat16_the_copys_linear_layers_are_packed_and_compute_the_same(smollm2):
+    if not _onednn_bfloat16():
+        pytest.skip("this CPU or PyTorch build has no oneDNN bfloat16 kernels")
+    model, _ = smollm2
+    rollout = RolloutWeights(model, torch.bfloat16).current()
+    layers = [m for m in rollout.modules() if isinstance(m, torch.nn.Linear | _PackedLinear)]
+    assert layers and all(isinstance(m, _PackedLinear) for m in layers)
+    plain = RolloutWeights(model, torch.bfloat16)
+    assert plain.copy is not None
+    for parent in list(plain.copy.modules()):  # the same copy with every layer unpacked again
+        for name, child in list(parent.named_children()):
+            if isinstance(child, _PackedLinear):
+                linear = torch.nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=child.bias is not None)
+                linear.weight = child.weight
+                setattr(parent, name, linear)
+    ids = torch.tensor([list(range(100, 140))])
+    with torch.inference_mode():
+        torch.testing.assert_close(rollout(input_ids=ids).logits, plain.copy(input_ids=ids).logits, atol=0, rtol=0)
 
 
 def test_bfloat16_rollouts_are_the_copys_greedy_choices_and_leave_the_policy_as_it_was(smollm2):
