@@ -182,11 +182,14 @@ class RunReadApi(APIView):
     output: type[serializers.Serializer[Any]]
     many = False
     query: type[serializers.Serializer[Any]] | None = None
+    cache_name: str | None = None
+    """Set where what `read` makes of a run changes only while the run is active: a settled run's answer is then
+    rendered once and served from the cache (`selectors.run_cache_key`). Only for views without query parameters."""
 
     def read(self, run: Run, **query: Any) -> Any:
         raise NotImplementedError
 
-    def get(self, request: Request, run_id: str) -> Response:
+    def get(self, request: Request, run_id: str) -> Response | HttpResponse:
         user = acting_user(request)
         params: dict[str, Any] = {}
         if self.query is not None:
@@ -194,6 +197,11 @@ class RunReadApi(APIView):
             filters.is_valid(raise_exception=True)
             params = dict(filters.validated_data)
         run = selectors.run_get(user=user, run_id=run_id)
+        if self.cache_name is not None:
+            return cached_json(
+                selectors.run_cache_key(run=run, name=self.cache_name),
+                lambda: self.output(self.read(run), many=self.many).data,
+            )
         return Response(self.output(self.read(run, **params), many=self.many).data)
 
 
@@ -230,11 +238,13 @@ class RunMetricsApi(RunReadApi):
         responses={200: LineageOutputSerializer, **error_responses(404)},
         operation_id="runs_lineage",
         description="Instructions as nodes, parent → child edges, and every optimizer round with its critique, the "
-        "failures it was shown and each candidate's verdict.",
+        "failures it was shown and each candidate's verdict. A finished, failed or cancelled run's answer is cached "
+        "until the run changes.",
     )
 )
 class RunLineageApi(RunReadApi):
     output = LineageOutputSerializer
+    cache_name = "lineage"
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.run_lineage(run=run)
