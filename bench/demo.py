@@ -54,9 +54,11 @@ class Result:
     def mean(self, key: str) -> float:
         return statistics.fmean(float(a[key]) for a in self.answers)
 
-    def last_rewards(self, n: int = 5) -> float:
+    def training(self, key: str, *, last: bool = True, n: int = 5) -> float:
+        """Mean of a step_completed field over the run's last (or first) n steps."""
         steps = [e for e in self.events if e["kind"] == "step_completed"]
-        return statistics.fmean(e["reward_mean"] for e in steps[-n:]) if steps else float("nan")
+        picked = steps[-n:] if last else steps[:n]
+        return statistics.fmean(e[key] for e in picked) if picked else float("nan")
 
     def overhead(self, key: str) -> int:
         finished = [e for e in self.events if e["kind"] == "run_finished"]
@@ -100,9 +102,10 @@ def events_of(out: Path) -> list[dict[str, Any]]:
 
 def table(baseline: Result, results: list[Result]) -> str:
     head = (
-        "| variant | seeds | test EM | F1 | answered | well-formed | tool calls | train reward (last 5) "
-        "| optimizer calls | verification rollouts | minutes | EM gain vs untrained [95 % CI] |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "| variant | seeds | test EM | F1 | answered | well-formed | tool calls | train reward (first 5 → last 5) "
+        "| train tool calls (last 5) | optimizer calls | verification rollouts | minutes "
+        "| EM gain vs untrained [95 % CI] |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [_row("untrained + seed instruction", [baseline], baseline, gain=False)]
     for variant in VARIANTS:
@@ -120,7 +123,13 @@ def _row(name: str, results: list[Result], baseline: Result, *, gain: bool) -> s
         name,
         str(len([r for r in results if r.seed is not None]) or "–"),
         *(f"{mean([r.mean(k) for r in results]):.3f}" for k in ("em", "f1", "answered", "format", "tool_calls")),
-        f"{mean([r.last_rewards() for r in results]):.3f}" if gain else "–",
+        (
+            f"{mean([r.training('reward_mean', last=False) for r in results]):.3f} → "
+            f"{mean([r.training('reward_mean') for r in results]):.3f}"
+        )
+        if gain
+        else "–",
+        f"{mean([r.training('tool_calls_mean') for r in results]):.3f}" if gain else "–",
         f"{mean([r.overhead('optimizer_calls') for r in results]):.0f}" if gain else "–",
         f"{mean([r.overhead('verification_rollouts') for r in results]):.0f}" if gain else "–",
         f"{mean([r.seconds for r in results]) / 60:.1f}" if gain else "–",
@@ -151,9 +160,6 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
 
-    baseline_dir = args.out / "untrained"
-    untrained = evaluate(baseline_dir, ["--untrained", "--preset", "cpu-demo"], args.overrides)
-    baseline = Result("untrained", None, untrained, [], 0.0)
     results = []
     for seed in range(args.seeds):
         for variant in variants:
@@ -164,6 +170,9 @@ def main() -> int:
                 raise SystemExit(f"{out} has no checkpoint to evaluate")
             answers = evaluate(out / "final", ["--checkpoint", str(checkpoint)], [])
             results.append(Result(variant, seed, answers, events_of(out), seconds))
+    # after training, so that variants trained by parallel invocations (one --variants each) do not all evaluate it
+    untrained = evaluate(args.out / "untrained", ["--untrained", "--preset", "cpu-demo"], args.overrides)
+    baseline = Result("untrained", None, untrained, [], 0.0)
     print(f"\ncpu-demo, {args.seeds} seed(s), built-in {SPLIT} split ({len(untrained)} questions), greedy, I* of each "
           f"run\n")  # fmt: skip
     print(table(baseline, results))

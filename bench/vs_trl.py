@@ -53,6 +53,7 @@ from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
 from bench.rollout import FixedLengthEngine, FixedPassages  # noqa: E402
+from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages  # noqa: E402
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutSettings, _Row  # noqa: E402
@@ -142,7 +143,14 @@ def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepCl
     settings = RolloutSettings(
         max_turns=0, max_turn_tokens=args.tokens, max_obs_tokens=64, max_prompt_length=4096, top_k=1
     )
-    engine = EosSuppressedEngine(trainer.model, tokenizer, FixedPassages(), settings, device=CPU)
+    engine = EosSuppressedEngine(
+        trainer.model,
+        tokenizer,
+        FixedPassages(),
+        settings,
+        device=CPU,
+        weights_dtype=ROLLOUT_DTYPES[args.rollout_dtype],
+    )
     generator = torch.Generator().manual_seed(args.seed)
     items = [(SEED_INSTRUCTION, question) for question in questions for _ in range(args.group)]
     for _ in range(args.steps):
@@ -279,6 +287,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clip", type=float, default=0.2, help="ε of the clipped ratio")
     parser.add_argument("--max-grad-norm", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--rollout-dtype",
+        choices=sorted(ROLLOUT_DTYPES),
+        default="policy",
+        help="our engine's backend.rollout_dtype (TRL always generates with the float32 policy)",
+    )
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "cache" / "models")
     return parser.parse_args()
 
@@ -309,7 +323,8 @@ def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]]) -> None
     best = {name: min(rows, key=lambda row: row["step"]) for name, rows in medians.items()}
     loads = [clock.load for clocks in rounds.values() for clock in clocks]
     print(
-        f"\nSmolLM2-135M-Instruct, CPU float32, {args.threads} torch thread(s) of {os.cpu_count()} CPUs, load avg "
+        f"\nSmolLM2-135M-Instruct, CPU float32 (our rollouts: rollout_dtype {args.rollout_dtype}), {args.threads} "
+        f"torch thread(s) of {os.cpu_count()} CPUs, load avg "
         f"{min(loads):.1f}–{max(loads):.1f}; {args.prompts} prompts × G = {args.group}, {args.tokens} completion "
         f"tokens each; {args.repeats} alternating round(s) of {args.steps} steps; torch {torch.__version__}, "
         f"transformers {transformers.__version__}, trl {trl.__version__}"

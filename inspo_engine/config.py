@@ -701,7 +701,7 @@ def _cpu_demo() -> dict[str, Any]:
         "env": {
             "max_turns": 1,
             "max_turn_tokens": 40,
-            "max_obs_tokens": 80,
+            "max_obs_tokens": 120,
             "max_prompt_length": 1024,
             "reward": "em_format",
             "format_score": 0.2,
