@@ -168,7 +168,8 @@ def main() -> int:
             checkpoint = latest_checkpoint(out)
             if checkpoint is None:
                 raise SystemExit(f"{out} has no checkpoint to evaluate")
-            answers = evaluate(out / "final", ["--checkpoint", str(checkpoint)], [])
+            # --record: the test split's EM and F1 join the run's events, so an imported run shows them
+            answers = evaluate(out / "final", ["--checkpoint", str(checkpoint), "--record"], [])
             results.append(Result(variant, seed, answers, events_of(out), seconds))
     # after training, so that variants trained by parallel invocations (one --variants each) do not all evaluate it
     untrained = evaluate(args.out / "untrained", ["--untrained", "--preset", "cpu-demo"], args.overrides)

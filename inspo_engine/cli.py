@@ -18,7 +18,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, latest_checkpoint, read_state
+from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, checkpoint_step, latest_checkpoint, read_state
 from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
 from .control import TARGETED, ControlRequest, FileControlChannel, Inject, Pin, Retire, Unpin, request_to_dict
 from .environ import api_key_from_env, cache_dir_from_env
@@ -90,6 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--instruction", type=Path, help="instruction file (default: the checkpoint's best, or the seed if untrained)"
     )
     evaluate.add_argument("--json", type=Path, help="also write every answer with its scores to this JSON file")
+    evaluate.add_argument(
+        "--record",
+        action="store_true",
+        help="with --checkpoint: append the EM and F1 of each benchmark to the run's events.jsonl as eval_completed "
+        "events of the checkpoint's step (what the plots and the web app's import read)",
+    )
     add_cache(evaluate)
 
     serve = commands.add_parser("serve-retriever", help="serve Search-R1's POST /retrieve over a local index")
@@ -293,19 +299,38 @@ def command_control(args: argparse.Namespace) -> int:
 def command_eval(args: argparse.Namespace) -> int:
     from .evaluate import answer_scores, checkpoint_best, checkpoint_policy, evaluate_checkpoint
 
+    if args.record and (args.checkpoint is None or args.instruction):
+        raise UsageError("--record needs --checkpoint and the checkpoint's own I* (no --instruction)")
     config, policy_dir, instruction = _eval_source(args)
     if args.instruction:
         instruction = args.instruction.read_text(encoding="utf-8").strip()
-    if instruction is None:
-        assert args.checkpoint is not None
-        instruction = checkpoint_best(args.checkpoint, config).text
+    best = checkpoint_best(args.checkpoint, config) if instruction is None else None
+    if best is not None:
+        instruction = best.text
+    assert instruction is not None
     policy = checkpoint_policy(config, policy_dir, args.cache_dir)
+    sink = JsonlSink(args.checkpoint.parent.parent / "events.jsonl") if args.record else None
     print("| benchmark | n | EM | F1 | answered | well-formed | tool calls |\n|---|---|---|---|---|---|---|")
     answers: dict[str, list[dict[str, Any]]] = {}
     for result in evaluate_checkpoint(policy, instruction, args.dataset, split=args.split, limit=args.limit):
         answers[result.benchmark] = [t.to_dict() | answer_scores([t]) for t in result.trajectories]
         row = " | ".join(f"{result.scores[key]:.3f}" for key in ("em", "f1", "answered", "format", "tool_calls"))
         print(f"| {result.benchmark} | {len(result.trajectories)} | {row} |")
+        if sink is not None and best is not None:
+            for metric in ("em", "f1"):
+                sink.emit(
+                    EvalCompleted(
+                        step=checkpoint_step(args.checkpoint),
+                        benchmark=result.benchmark,
+                        metric=metric,
+                        value=result.scores[metric],
+                        n=len(result.trajectories),
+                        instruction_id=best.id,
+                        checkpoint=str(args.checkpoint),
+                    )
+                )
+    if sink is not None:
+        sink.close()
     if args.json:
         args.json.write_text(json.dumps({"instruction": instruction, "answers": answers}, indent=1), encoding="utf-8")
     return 0

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from inspo_engine.config import RunConfig
+from inspo_engine.evaluate import checkpoint_best
 from inspo_engine.events import read_events
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +104,39 @@ def test_eval_untrained_scores_the_presets_own_model_with_its_seed_instruction_a
     assert saved["instruction"].startswith("Answer the question below.")
     assert len(saved["answers"]["builtin"]) == 2
     assert {"em", "f1", "answered", "format", "response", "question"} <= set(saved["answers"]["builtin"][0])
+
+
+@pytest.mark.slow
+def test_eval_record_appends_each_benchmarks_em_and_f1_to_the_runs_events(smoke_run, tmp_path):
+    out, _ = smoke_run
+    source = sorted((out / "checkpoints").iterdir())[-1]
+    run = tmp_path / "run"  # a copy of the run, so the shared smoke run's events stay as training wrote them
+    checkpoint = run / "checkpoints" / source.name
+    checkpoint.mkdir(parents=True)
+    shutil.copy(source / "inspo_state.json", checkpoint)
+    (checkpoint / "policy").symlink_to(source / "policy")
+    shutil.copy(out / "events.jsonl", run)
+    before = len(read_events(run / "events.jsonl"))
+    answers = tmp_path / "answers.json"
+    args = ("eval", "--checkpoint", str(checkpoint), "--dataset", "builtin", "--limit", "3", "--record")
+    done = cli(*args, "--json", str(answers), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    added = read_events(run / "events.jsonl")[before:]
+    assert [(e.kind, e.metric) for e in added] == [("eval_completed", "em"), ("eval_completed", "f1")]
+    scored = json.loads(answers.read_text())["answers"]["builtin"]
+    state = json.loads((checkpoint / "inspo_state.json").read_text())
+    best = checkpoint_best(checkpoint, RunConfig.from_dict(state["config"]))
+    for event in added:
+        assert (event.step, event.benchmark, event.n) == (int(source.name.removeprefix("step-")), "builtin", 3)
+        assert event.value == pytest.approx(sum(a[event.metric] for a in scored) / 3)
+        assert event.checkpoint == str(checkpoint)
+        assert event.instruction_id == best.id
+
+
+def test_eval_record_needs_a_checkpoint_and_its_own_best_instruction(tmp_path):
+    done = cli("eval", "--untrained", "--preset", "smoke", "--dataset", "builtin", "--record")
+    assert done.returncode == 2 and "--record needs --checkpoint" in done.stderr
 
 
 def test_eval_needs_a_checkpoint_or_untrained():
