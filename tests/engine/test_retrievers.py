@@ -1,8 +1,13 @@
 """Dense, BM25 and remote retrievers: recall on built-in questions, on-disk caches, and the /retrieve wire format."""
 
+import json
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pytest_httpserver import HTTPServer
 
@@ -11,9 +16,14 @@ from inspo_engine.env.protocol import Passage, Retriever
 from inspo_engine.env.retrievers import (
     BM25Retriever,
     DenseRetriever,
+    PooledEncoder,
     RemoteRetriever,
     RetrieverError,
+    _encoder,
+    _passage_text,
     build_retriever,
+    default_model_path,
+    embed_texts,
     retrieve_url,
 )
 from inspo_engine.netpolicy import NetPolicy, UrlRefused
@@ -108,6 +118,50 @@ def test_dense_scores_are_cosines_best_first_and_k_is_capped_by_the_corpus():
     scores = [score for _, score in hits]
     assert scores == sorted(scores, reverse=True)
     assert all(-1.0001 <= s <= 1.0001 for s in scores)
+
+
+def test_the_plain_encoder_gives_sentence_transformers_vectors_for_minilm():
+    from sentence_transformers import SentenceTransformer
+
+    texts = [_passage_text(p) for p in builtin_dataset().corpus[:40]] + ["Which currency is used in Japan?", "x"]
+    ours = embed_texts(texts)
+    assert isinstance(_encoder(str(default_model_path()), None), PooledEncoder)
+    theirs = SentenceTransformer(str(default_model_path()), device="cpu", local_files_only=True).encode(
+        texts, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+    )
+    assert ours.shape == theirs.shape == (42, 384)
+    assert np.abs(ours - theirs).max() < 1e-5
+
+
+def test_dense_retrieval_does_not_import_sentence_transformers():
+    """The library pulls in scikit-learn; a training process that retrieves need not hold it."""
+    code = (
+        "import sys\n"
+        "from inspo_engine.env.retrievers import DenseRetriever, embed_texts\n"
+        "from inspo_engine.env.protocol import Passage\n"
+        "r = DenseRetriever([Passage('1', 'Peru', 'Lima is the capital of Peru.'), Passage('2', 'Japan', 'Yen.')])\n"
+        "assert r.search(['capital of Peru'], 1)[0][0].id == '1'\n"
+        "embed_texts(['a'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sentence_transformers', 'sklearn')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_model_of_another_kind_goes_through_sentence_transformers(tmp_path: Path):
+    """A Pooling with max tokens is not what the plain encoder computes, so it is not used for it."""
+    model = tmp_path / "model"
+    shutil.copytree(default_model_path(), model)
+    (model / "1_Pooling" / "config.json").write_text(
+        json.dumps(
+            {"word_embedding_dimension": 384, "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True}
+        )
+    )
+    assert PooledEncoder.of(model, None) is None
+    assert PooledEncoder.of(tmp_path / "nowhere", None) is None
+    vectors = embed_texts(["capital of Peru"], model_path=model)
+    assert vectors.shape == (1, 384) and abs(float(np.linalg.norm(vectors)) - 1) < 1e-5
 
 
 # -- BM25 -----------------------------------------------------------------------------------------------------
