@@ -662,11 +662,14 @@ def _paper() -> dict[str, Any]:
 
 
 CPU_DEMO_EXAMPLE = (
-    "Always search before you answer. Reply in exactly this shape: <think> what I must find </think> <search> a "
-    "short query </search>, then, once the passages arrive in <information> and </information>: <think> what the "
-    "passages say </think> <answer> the short answer </answer>"
+    "Always search before you answer, naming what the question asks about, as in <search> capital of Peru </search> "
+    "or <search> currency of Japan </search>. Reply in this shape: <think> what I must find </think> <search> … "
+    "</search>, then, once the passages arrive in <information> and </information>: <think> what the passages say "
+    "</think> <answer> the short answer </answer>"
 )
-"""The cpu-demo's hand-written second instruction: the seed plus one worked example of the protocol."""
+"""The cpu-demo's hand-written second instruction: the seed plus a template of the protocol. Its queries are two
+concrete examples and its search slot is left open: with a placeholder query ("<search> a short query </search>") the
+policy searched for the placeholder itself, which retrieves an unrelated passage, so no search ever paid."""
 
 
 def _cpu_demo() -> dict[str, Any]:

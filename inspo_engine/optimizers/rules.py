@@ -30,12 +30,13 @@ class Guidance:
 
 
 WORKED_EXAMPLE = (
-    "Reply in this shape: <think> what I must find </think> <search> a short query </search>, and once the "
-    "passages arrive in <information> and </information>: <think> what they say </think> <answer> the short "
-    "answer </answer>"
+    "Search first, naming what the question asks about, as in <search> capital of Peru </search>. Reply in this "
+    "shape: <think> what I must find </think> <search> … </search>, and once the passages arrive in <information> "
+    "and </information>: <think> what they say </think> <answer> the short answer </answer>"
 )
-"""The whole protocol as a template: what a small policy that never writes the tags needs most. It names no
-entity, since a small policy copies a concrete example's answer into every reply."""
+"""The whole protocol as a template: what a small policy that never writes the tags needs most. Its answer names no
+entity, since a small policy copies a concrete example's answer into every reply; its search slot is open, since a
+placeholder query is copied too (and retrieves nothing useful), and one concrete query shows what a query is."""
 
 SHORT_EXAMPLE = "Reply in this shape: <think> what the question asks </think> <answer> the short answer </answer>"
 """The shortest well-formed reply as a template: reasoning, then the answer in its tags."""
