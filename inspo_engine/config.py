@@ -242,6 +242,11 @@ class BackendConfig:
     refreshed after every update; on a CPU with AMX or AVX512-BF16 decoding runs about twice as fast, but rollouts
     then sample from a slightly different policy than the float32 one whose log-probs the update uses — the README
     gives the measured mismatch). A policy already in that dtype (CUDA) is read directly."""
+    reference_dtype: Literal["policy", "bfloat16"] = "policy"
+    """How the torch backend stores the frozen reference policy of the KL term: 'policy' (a float32 copy of the
+    initial weights) or 'bfloat16' (its linear and embedding weights rounded to bfloat16 and widened to float32 at
+    each use: the reference pass still computes in float32, in half the memory — 0.27 GB for SmolLM2-135M; the
+    README gives the measured log-prob difference). verl keeps its own reference (FSDP); LoRA runs need no copy."""
 
 
 @dataclass
@@ -529,6 +534,8 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
             errors.append(FieldError("env.response_prefix", "is supported by the torch backend only"))
         if grpo.drop_uniform_groups:
             errors.append(FieldError("grpo.drop_uniform_groups", "is supported by the torch backend only"))
+        if config.backend.reference_dtype != "policy":
+            errors.append(FieldError("backend.reference_dtype", "is supported by the torch backend only"))
     if config.env.retriever == "remote" and not config.env.retriever_url:
         errors.append(FieldError("env.retriever_url", "is required when retriever is 'remote'"))
     if config.optimizer.provider == "openai" and not (config.optimizer.base_url or config.optimizer.endpoint):

@@ -25,7 +25,8 @@ from .samples import RolloutSample, TrainSample
 
 GENERATOR_FILE = "rollout_generator.pt"
 ROLLOUT_DTYPES: dict[str, torch.dtype | None] = {"policy": None, "bfloat16": torch.bfloat16}
-"""`backend.rollout_dtype` → the dtype of the copy the rollout engine reads (None: the policy itself)."""
+"""`backend.rollout_dtype` → the dtype of the copy the rollout engine reads (None: the policy itself); likewise
+`backend.reference_dtype` → the dtype the reference policy's weights are stored in."""
 TRAINING_DIR = OPTIMIZER_DIR
 
 
@@ -48,7 +49,13 @@ class TorchBackend:
         path = model_path or resolve_model(config.backend.model, cache_dir)
         model, tokenizer = load_policy(path, device=self.device, dtype=dtype)
         self.tokenizer = tokenizer
-        self.trainer = GRPOTrainer(model, tokenizer, config.grpo, device=self.device)
+        self.trainer = GRPOTrainer(
+            model,
+            tokenizer,
+            config.grpo,
+            device=self.device,
+            reference_storage=ROLLOUT_DTYPES[config.backend.reference_dtype],
+        )
         settings = RolloutSettings.from_config(
             config.env,
             temperature=config.grpo.sampling_temperature,

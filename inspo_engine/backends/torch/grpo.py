@@ -382,6 +382,49 @@ def _frozen(model: nn.Module) -> nn.Module:
     return model
 
 
+def reference_copy(model: nn.Module, storage: torch.dtype | None = None) -> nn.Module:
+    """A frozen copy of `model` to serve as the reference policy. With a `storage` dtype (bfloat16), the weights of
+    its linear and embedding layers — all but a few thousand of its parameters — are kept in that dtype and widened
+    to the policy's dtype at each use: the forward computes in float32 on weights rounded to bfloat16, for half the
+    memory. Ties between weights (SmolLM2's embedding and output head) are kept; the policy is not touched."""
+    if storage is None:
+        return _frozen(copy.deepcopy(model))
+    layers = [m for m in model.modules() if isinstance(m, nn.Linear | nn.Embedding)]
+    narrowed = {id(m.weight) for m in layers}
+    with torch.no_grad():
+        # the memo hands deepcopy the converted parameters, so the float32 weights are never duplicated
+        memo: dict[int, Any] = {
+            id(p): nn.Parameter(p.to(storage) if id(p) in narrowed else p.clone(), requires_grad=False)
+            for p in model.parameters()
+        }
+        ref = copy.deepcopy(model, memo)
+    compute = next(p.dtype for p in model.parameters() if p.is_floating_point())
+    for parent in list(ref.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, nn.Linear | nn.Embedding):
+                setattr(parent, name, _Widened(child, compute))
+    return _frozen(ref)
+
+
+class _Widened(nn.Module):
+    """A linear or embedding layer whose weight is stored narrow (bfloat16) and computed with in `compute` dtype:
+    a linear layer widens its weight for the product, an embedding widens only the rows it looks up."""
+
+    def __init__(self, layer: nn.Linear | nn.Embedding, compute: torch.dtype) -> None:
+        super().__init__()
+        self.weight = layer.weight
+        self.bias = layer.bias if isinstance(layer, nn.Linear) else None
+        self.embedding = layer if isinstance(layer, nn.Embedding) else None
+        self.compute = compute
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        if self.embedding is not None:
+            rows = nn.functional.embedding(inputs, self.weight, self.embedding.padding_idx)
+            return rows.to(self.compute)
+        bias = self.bias.to(self.compute) if self.bias is not None else None
+        return nn.functional.linear(inputs, self.weight.to(self.compute), bias)
+
+
 def _wrap_lora(model: PreTrainedModel, rank: int) -> PeftModel:
     """Inject LoRA adapters (rank r, alpha 2r, no dropout) into every attention and MLP projection of `model`."""
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -402,8 +445,9 @@ class GRPOTrainer:
     (so build the trainer from the *initial* weights, then `load` a checkpoint). LoRA (`config.use_lora`): `model`
     is wrapped in place by peft and only the adapters train; the reference is the same network with its adapters
     disabled — the initial policy, because LoRA starts as a no-op — so no copy is made (an explicit `ref_model`
-    still wins). Dropout stays off (eval mode) throughout, so the first mini-batch's ratio is exactly the
-    recomputed one.
+    still wins). `reference_storage` (bfloat16) keeps the copy's linear and embedding weights in that dtype, computed
+    with in float32 (`reference_copy`): half its memory, for a reference rounded to bfloat16. Dropout stays off (eval
+    mode) throughout, so the first mini-batch's ratio is exactly the recomputed one.
 
     `path` picks how log-probs are computed (see `TrainPath`); `shared_prefix` falls back to `selective` for a model
     that cannot switch to the grouped attention its 4-D mask needs. `self.path` is the one in use. With
@@ -427,6 +471,7 @@ class GRPOTrainer:
         path: TrainPath = "shared_prefix",
         checkpoint_layers: bool = True,
         forward_tokens: int | None = FORWARD_TOKENS,
+        reference_storage: torch.dtype | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -446,7 +491,7 @@ class GRPOTrainer:
         if ref_model is not None:
             self.ref_model: nn.Module | None = _frozen(ref_model)
         else:
-            self.ref_model = None if self.peft is not None else _frozen(copy.deepcopy(model))
+            self.ref_model = None if self.peft is not None else reference_copy(model, reference_storage)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         if not self.trainable:
             raise ValueError("the policy has no parameter that requires grad; nothing would train")

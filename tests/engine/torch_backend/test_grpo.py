@@ -448,3 +448,26 @@ def test_loading_a_newer_trainer_state_is_refused(tiny, smollm2):
         trainer.load_state_dict(trainer.state_dict() | {"schema_version": 99})
     with pytest.raises(ValueError, match="use_lora=True"):
         trainer.load_state_dict(trainer.state_dict() | {"use_lora": True})
+
+
+def test_a_bfloat16_reference_computes_in_float32_on_rounded_weights_in_half_the_memory(smollm2, samples):
+    base, tokenizer = smollm2
+    exact = GRPOTrainer(_trainable_copy(base), tokenizer, _config(), device=CPU)
+    narrow = GRPOTrainer(_trainable_copy(base), tokenizer, _config(), device=CPU, reference_storage=torch.bfloat16)
+    ref = narrow.ref_model
+
+    def stored(model) -> int:
+        return sum(p.numel() * p.element_size() for p in model.parameters())
+
+    assert stored(ref) < 0.51 * stored(exact.ref_model)
+    assert ref.get_output_embeddings().weight is ref.get_input_embeddings().weight  # the tie is kept
+    for name, weight in ref.named_parameters():  # each stored weight is the float32 one, rounded
+        assert not weight.requires_grad and torch.equal(weight, base.get_parameter(name).to(weight.dtype)), name
+    assert all(p.dtype == torch.float32 for p in narrow.policy.parameters())
+
+    rows = narrow.reference_logprob_rows(samples)
+    exact_rows = exact.reference_logprob_rows(samples)
+    assert all(row.dtype == torch.float32 for row in rows)
+    gaps = torch.cat([(a - b).abs() for a, b in zip(rows, exact_rows, strict=True)])
+    print(f"\nbfloat16-stored reference: |Δ log p| mean {gaps.mean():.4f}, max {gaps.max():.4f} over {gaps.numel()}")
+    assert 0 < gaps.mean() < 0.02 and gaps.max() < 0.15
