@@ -21,7 +21,7 @@ from django.test import Client
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig, preset
-from inspo_engine.events import JsonlSink, read_events
+from inspo_engine.events import EvalCompleted, JsonlSink, read_events
 from inspo_engine.optimizers.rules import RuleBasedClient
 from tests.engine.fakes import ScriptedBackend, questions
 from webapp.runs.imports import NO_END_EVENT, ImportRefused, run_import
@@ -206,6 +206,37 @@ def test_the_compare_api_and_page_show_imported_runs_side_by_side(alice, alice_t
     page.force_login(alice)
     assert page.get(f"/compare/?runs={inspo.pk},{static.pk}").status_code == 200
     assert page.get(f"/runs/{inspo.pk}/").status_code == 200
+
+
+def record_evaluation(directory, value):
+    """What `eval --checkpoint … --record` appends to a finished run: EM and F1 of its newest checkpoint with I*."""
+    checkpoint = latest_checkpoint(directory)
+    best = read_events(directory / "events.jsonl")[-1].best_instruction_id
+    sink = JsonlSink(directory / "events.jsonl")
+    for metric, score in (("em", value), ("f1", value + 0.05)):
+        sink.emit(
+            EvalCompleted(
+                step=STEPS, benchmark="builtin", metric=metric, value=score, n=195, instruction_id=best,
+                checkpoint=str(checkpoint),
+            )
+        )  # fmt: skip
+    sink.close()
+    return best
+
+
+def test_evaluations_recorded_after_training_reach_the_compare_table(alice, alice_team, api, copy_of, runs_dir):
+    inspo, static = copy_of("inspo"), copy_of("static")
+    best = record_evaluation(inspo, 0.25)
+    record_evaluation(static, 0.125)
+    runs = [run_import(team=alice_team, user=alice, directory=d) for d in (inspo, static)]
+    stored = Evaluation.objects.get(run=runs[0], benchmark="builtin", metric="em", n=195)  # beside the run's own
+    assert (stored.step, stored.value, stored.n, stored.instruction.key) == (STEPS, 0.25, 195, best)
+    assert stored.checkpoint is not None and stored.checkpoint.step == STEPS
+    ids = ",".join(str(run.pk) for run in runs)
+    for metric, values in (("em", [0.25, 0.125]), ("f1", [0.30, 0.175])):
+        table = api(alice).get("/api/v1/compare/", {"runs": ids, "metric": metric}).json()["benchmarks"]
+        assert [row["values"]["builtin"] for row in table["rows"]] == pytest.approx(values)
+        assert table["best"]["builtin"] == [str(runs[0].pk)]
 
 
 def test_an_imported_run_belongs_to_the_given_team_only(alice, alice_team, bob, api, cli_runs, runs_dir):
