@@ -719,7 +719,7 @@ def _cpu_demo() -> dict[str, Any]:
             "answer_score": 0.05,
             "response_prefix": "<think>",
         },
-        "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},
+        "backend": {"device": "cpu", "max_new_tokens": 40},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 0},
         "checkpoint": {"checkpoint_every": 8, "keep_last": 1},
