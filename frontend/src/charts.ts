@@ -31,7 +31,7 @@ export type Option = echarts.EChartsCoreOption;
 
 /** The four panels of the paper's Fig. 2, in its order. */
 export const PANELS = [
-  { key: "reward_mean", title: "Reward (EM)" },
+  { key: "reward_mean", title: "Training reward" },
   { key: "tool_calls_mean", title: "Tool calls per rollout" },
   { key: "instruction_length_mean", title: "Instruction length (words)" },
   { key: "response_length_mean", title: "Response length (tokens)" },
