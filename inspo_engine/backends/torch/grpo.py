@@ -414,13 +414,13 @@ class _Widened(nn.Module):
         super().__init__()
         self.weight = layer.weight
         self.bias = layer.bias if isinstance(layer, nn.Linear) else None
-        self.embedding = layer if isinstance(layer, nn.Embedding) else None
+        self.lookup = isinstance(layer, nn.Embedding)
+        self.padding_idx = layer.padding_idx if isinstance(layer, nn.Embedding) else None
         self.compute = compute
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        if self.embedding is not None:
-            rows = nn.functional.embedding(inputs, self.weight, self.embedding.padding_idx)
-            return rows.to(self.compute)
+        if self.lookup:
+            return nn.functional.embedding(inputs, self.weight, self.padding_idx).to(self.compute)
         bias = self.bias.to(self.compute) if self.bias is not None else None
         return nn.functional.linear(inputs, self.weight.to(self.compute), bias)
 

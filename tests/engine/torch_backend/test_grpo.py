@@ -461,6 +461,7 @@ def test_a_bfloat16_reference_computes_in_float32_on_rounded_weights_in_half_the
 
     assert stored(ref) < 0.51 * stored(exact.ref_model)
     assert ref.get_output_embeddings().weight is ref.get_input_embeddings().weight  # the tie is kept
+    assert list(ref.state_dict()) == list(base.state_dict())  # the same layers under the same names
     for name, weight in ref.named_parameters():  # each stored weight is the float32 one, rounded
         assert not weight.requires_grad and torch.equal(weight, base.get_parameter(name).to(weight.dtype)), name
     assert all(p.dtype == torch.float32 for p in narrow.policy.parameters())
