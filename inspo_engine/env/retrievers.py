@@ -100,13 +100,12 @@ class PooledEncoder:
             settings = json.loads((path / "sentence_bert_config.json").read_text(encoding="utf-8"))
         except (OSError, ValueError, KeyError, StopIteration):
             return None
-        modes = [mode for mode in ("mean_tokens", "cls_token") if pooling.get(f"pooling_mode_{mode}")]
-        other = [k for k, on in pooling.items() if k.startswith("pooling_mode_") and on and k[13:] not in modes]
-        if kinds not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]) or len(modes) != 1:
+        prefix = "pooling_mode_"
+        enabled = [key.removeprefix(prefix) for key, on in pooling.items() if on and key.startswith(prefix)]
+        plain = kinds in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"])
+        if not plain or enabled not in (["mean_tokens"], ["cls_token"]) or settings.get("do_lower_case"):
             return None
-        if other or settings.get("do_lower_case"):
-            return None
-        pooling_name = "mean" if modes == ["mean_tokens"] else "cls"
+        pooling_name = "mean" if enabled == ["mean_tokens"] else "cls"
         return cls(path, device, pooling=pooling_name, max_length=int(settings["max_seq_length"]))
 
     def encode(self, texts: list[str], *, batch_size: int) -> npt.NDArray[np.float32]:

@@ -65,6 +65,7 @@ def test_the_static_mode_never_evolves():
         ({"backend.name": "verl", "env.response_prefix": "<think>"}, "env.response_prefix"),
         ({"backend.name": "verl", "grpo.drop_uniform_groups": True}, "grpo.drop_uniform_groups"),
         ({"backend.name": "verl", "backend.reference_dtype": "bfloat16"}, "backend.reference_dtype"),
+        ({"backend.reference_dtype": "float16"}, "backend.reference_dtype"),
     ],
 )
 def test_a_bad_value_is_refused_with_its_field_named(overrides, field):
