@@ -669,14 +669,17 @@ def _paper() -> dict[str, Any]:
 
 
 CPU_DEMO_EXAMPLE = (
-    "Always search before you answer, naming what the question asks about, as in <search> capital of Peru </search> "
-    "or <search> currency of Japan </search>. Reply in this shape: <think> what I must find </think> <search> … "
-    "</search>, then, once the passages arrive in <information> and </information>: <think> what the passages say "
-    "</think> <answer> the short answer </answer>"
+    "Always search before you answer, naming what the question asks about: for 'What is the capital of Peru?' "
+    "search <search> capital of Peru </search>, and for 'Which currency does Japan use?' search <search> currency "
+    "of Japan </search>. Reply in this shape: <think> what I must find </think>, then your search, then, once the "
+    "passages arrive in <information> and </information>: <think> what the passages say </think> <answer> the "
+    "short answer </answer>"
 )
-"""The cpu-demo's hand-written second instruction: the seed plus a template of the protocol. Its queries are two
-concrete examples and its search slot is left open: with a placeholder query ("<search> a short query </search>") the
-policy searched for the placeholder itself, which retrieves an unrelated passage, so no search ever paid."""
+"""The cpu-demo's hand-written second instruction: the seed plus a template of the protocol. Its searches are shown
+only as two questions with the query each deserves, never as a slot in the template: the policy copies a slot's
+text ('<search> a short query </search>', '<search> … </search>') into every search, which retrieves the same
+unrelated passage for every question, while after worked pairs the untrained model writes the asked-about entity
+('capital of Aruba', 'currency of Angola')."""
 
 
 def _cpu_demo() -> dict[str, Any]:

@@ -30,13 +30,15 @@ class Guidance:
 
 
 WORKED_EXAMPLE = (
-    "Search first, naming what the question asks about, as in <search> capital of Peru </search>. Reply in this "
-    "shape: <think> what I must find </think> <search> … </search>, and once the passages arrive in <information> "
-    "and </information>: <think> what they say </think> <answer> the short answer </answer>"
+    "Search first, naming what the question asks about: for 'What is the capital of Peru?' write <search> capital "
+    "of Peru </search>. Reply in this shape: <think> what I must find </think>, then your search, and once the "
+    "passages arrive in <information> and </information>: <think> what they say </think> <answer> the short answer "
+    "</answer>"
 )
 """The whole protocol as a template: what a small policy that never writes the tags needs most. Its answer names no
-entity, since a small policy copies a concrete example's answer into every reply; its search slot is open, since a
-placeholder query is copied too (and retrieves nothing useful), and one concrete query shows what a query is."""
+entity, since a small policy copies a concrete example's answer into every reply; its search is shown as a question
+and the query it deserves rather than as a slot, since a slot's placeholder is copied into every search (and
+retrieves nothing useful)."""
 
 SHORT_EXAMPLE = "Reply in this shape: <think> what the question asks </think> <answer> the short answer </answer>"
 """The shortest well-formed reply as a template: reasoning, then the answer in its tags."""

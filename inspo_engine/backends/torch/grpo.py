@@ -238,9 +238,11 @@ def prompt_groups(samples: Sequence[TrainSample]) -> list[list[int]]:
 def forward_passes(
     samples: Sequence[TrainSample], micro_size: int, *, budget: int | None, shared: bool
 ) -> Iterator[list[int]]:
-    """Sample indices of each forward/backward pass: micro-batches of `micro_size` consecutive samples, each cut
-    into runs of consecutive same-prompt groups holding at most `budget` tokens (a prompt counts once per group when
-    `shared`); a group over budget runs alone. `budget` None: whole micro-batches."""
+    """Sample indices of each forward pass: micro-batches of `micro_size` consecutive samples, each cut into runs
+    of consecutive same-prompt groups holding at most `budget` tokens (a prompt counts once per group when
+    `shared`). A group over budget is cut into parts of consecutive rollouts that each fit with their prompt (the
+    prompt is then read once per part; a single rollout over budget runs alone). `budget` None: whole
+    micro-batches. Passes list samples in order, so their results concatenate back into sample order."""
     for micro in _chunks(range(len(samples)), micro_size):
         if budget is None:
             yield micro
@@ -248,14 +250,32 @@ def forward_passes(
         current: list[int] = []
         used = 0
         for group in _consecutive_groups(samples, micro):
-            tokens = sum(len(samples[i].response_ids) for i in group)
-            tokens += len(samples[group[0]].prompt_ids) * (1 if shared else len(group))
-            if current and used + tokens > budget:
-                yield current
-                current, used = [], 0
-            current += group
-            used += tokens
+            for part in _group_parts(samples, group, budget, shared=shared):
+                tokens = _pass_tokens(samples, part, shared=shared)
+                if current and used + tokens > budget:
+                    yield current
+                    current, used = [], 0
+                current += part
+                used += tokens
         yield current
+
+
+def _pass_tokens(samples: Sequence[TrainSample], group: list[int], *, shared: bool) -> int:
+    """Tokens that the rollouts `group` (one prompt) occupy in a pass."""
+    responses = sum(len(samples[i].response_ids) for i in group)
+    return responses + len(samples[group[0]].prompt_ids) * (1 if shared else len(group))
+
+
+def _group_parts(samples: Sequence[TrainSample], group: list[int], budget: int, *, shared: bool) -> list[list[int]]:
+    """`group` whole if it fits `budget`, else cut into runs of consecutive rollouts that each fit with the prompt."""
+    if _pass_tokens(samples, group, shared=shared) <= budget:
+        return [group]
+    parts: list[list[int]] = [[]]
+    for i in group:
+        if parts[-1] and _pass_tokens(samples, [*parts[-1], i], shared=shared) > budget:
+            parts.append([])
+        parts[-1].append(i)
+    return parts
 
 
 def _consecutive_groups(samples: Sequence[TrainSample], indices: list[int]) -> list[list[int]]:
@@ -659,7 +679,9 @@ class GRPOTrainer:
         """Per-sample log-probs under `model` (no gradient) of the sample's trained tokens (response_mask 1), in
         order, computed in micro-batches along `self.path`."""
         rows: list[torch.Tensor] = []
-        for indices in _chunks(range(len(samples)), self.batch_sizes()[1]):
+        shared = self.path == "shared_prefix"
+        micro_size = self.batch_sizes()[1]
+        for indices in forward_passes(samples, micro_size, budget=self.forward_tokens, shared=shared):
             chunk = [samples[i] for i in indices]
             if self.path == "full":
                 batch = collate(chunk, pad_id=self.pad_id, device=self.device)
