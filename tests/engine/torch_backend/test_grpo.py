@@ -17,6 +17,7 @@ from inspo_engine.backends.torch.grpo import (
     GRPOTrainer,
     collate,
     cosine_with_warmup,
+    forward_passes,
     group_advantages,
     grpo_loss,
     k3_kl,
@@ -408,6 +409,61 @@ def test_micro_batches_accumulate_to_the_gradient_of_one_big_batch(smollm2, samp
     assert scale > 0
     for name, param in trainer.policy.named_parameters():
         torch.testing.assert_close(param.grad, big[name], rtol=1e-3, atol=1e-5 * scale, msg=name)
+
+
+def _sized(prompt: int, response: int, group: int) -> TrainSample:
+    return TrainSample([group + 1] * prompt, [7] * response, [1] * response, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("groups", "group_size", "prompt", "response", "budget"),
+    [
+        (4, 8, 330, 200, 1024),  # the cpu-demo's longest step: every rollout searched, turns at their budget
+        (4, 5, 520, 1500, 4096),  # the paper's G = 5, long multi-turn trajectories
+        (2, 3, 10, 50, 60),  # tighter than two rollouts with their prompt: one rollout per part
+    ],
+)
+def test_a_group_over_the_token_budget_is_cut_into_parts_that_fit_and_keep_sample_order(
+    groups, group_size, prompt, response, budget
+):
+    samples = [_sized(prompt, response, g) for g in range(groups) for _ in range(group_size)]
+    passes = list(forward_passes(samples, groups * group_size, budget=budget, shared=True))
+    assert [i for indices in passes for i in indices] == list(range(len(samples)))
+    for indices in passes:
+        prompts = {tuple(samples[i].prompt_ids) for i in indices}
+        tokens = sum(len(samples[i].response_ids) for i in indices) + prompt * len(prompts)
+        assert tokens <= budget
+    assert len(passes) > groups  # every group was over budget, so each took more than one pass
+    whole = list(forward_passes(samples, groups * group_size, budget=None, shared=True))
+    assert whole == [list(range(len(samples)))]
+
+
+def test_a_single_rollout_over_the_budget_still_runs_alone():
+    samples = [_sized(10, 100, 0), _sized(10, 5, 0)]
+    assert list(forward_passes(samples, 2, budget=50, shared=True)) == [[0], [1]]
+
+
+def test_cutting_groups_into_parts_leaves_log_probs_loss_and_gradient_unchanged(smollm2, samples):
+    """The shared prompt is read once per part instead of once per group; its gradient then arrives in parts."""
+    base, tokenizer = smollm2
+    whole = GRPOTrainer(_trainable_copy(base), tokenizer, _config(), device=CPU, ref_model=base, forward_tokens=None)
+    longest_prompt = max(len(s.prompt_ids) for s in samples)
+    parts = GRPOTrainer(
+        _trainable_copy(base), tokenizer, _config(), device=CPU, ref_model=base, forward_tokens=longest_prompt + 30
+    )
+    assert len(list(forward_passes(samples, 4, budget=parts.forward_tokens, shared=True))) == len(samples)
+    ref_whole, ref_parts = whole.reference_logprob_rows(samples), parts.reference_logprob_rows(samples)
+    for a, b in zip(ref_whole, ref_parts, strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-4)
+    old = [row + 0.05 for row in ref_whole]  # ratio ≠ 1
+    stats_whole = whole.accumulate(samples, old, ref_whole, micro_size=4)
+    stats_parts = parts.accumulate(samples, old, ref_whole, micro_size=4)
+    assert stats_parts["pg_loss"] == pytest.approx(stats_whole["pg_loss"], rel=1e-4, abs=1e-6)
+    grads = {n: p.grad for n, p in whole.policy.named_parameters()}
+    scale = max(g.abs().max().item() for g in grads.values())
+    assert scale > 0
+    for name, param in parts.policy.named_parameters():
+        torch.testing.assert_close(param.grad, grads[name], rtol=1e-3, atol=1e-5 * scale, msg=name)
 
 
 @pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # inside peft
