@@ -219,6 +219,10 @@ class EnvConfig:
     """em_format: score of a malformed trajectory whose rollout ended with a wrong answer (Search-R1's
     `final_format_score`; 0 there and here by default): a first rung for a model that never writes the whole
     protocol."""
+    format_requires_search: bool = False
+    """em_format: a trajectory earns the well-formed credit (format_score, and the full 1 for a correct answer) only
+    if it also searched at least once; a perfect answer from memory scores like a malformed one. Pays the protocol
+    to the rollouts that use the tool."""
     response_prefix: str = ""
     """Text the environment writes at the start of every reply before the model continues it (R1-Zero templates
     open the reply with '<think>'). It is part of the response the reward reads, and never trained. Torch backend
@@ -720,9 +724,10 @@ def _cpu_demo() -> dict[str, Any]:
             "format_score": 0.2,
             "retrieval_score": 0.2,
             "answer_score": 0.05,
+            "format_requires_search": True,
             "response_prefix": "<think>",
         },
-        "backend": {"device": "cpu", "max_new_tokens": 40},
+        "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 0},
         "checkpoint": {"checkpoint_every": 8, "keep_last": 1},

@@ -140,6 +140,18 @@ def format_reward(completions: Sequence[str], **_: object) -> list[float]:
 
 
 _INFORMATION = re.compile(r"<information>(.*?)</information>", re.S)
+_SEARCH_ANSWERED = re.compile(r"<search>.*?</search>\s*<information>", re.S)
+
+
+def searched(response: str) -> bool:
+    """Whether the response holds a search that the environment answered with passages.
+
+    >>> searched("<think>x</think><search>q</search>\\n<information>d</information><answer>y</answer>")
+    True
+    >>> searched("<think>x</think><answer>y</answer>"), searched("<search>q</search> then nothing")
+    (False, False)
+    """
+    return _SEARCH_ANSWERED.search(response) is not None
 
 
 def retrieved_gold(response: str, golden_answers: Sequence[str]) -> bool:
@@ -162,6 +174,7 @@ def em_format_reward(
     format_score: float = 0.2,
     retrieval_score: float = 0.1,
     answer_score: float = 0.0,
+    format_requires_search: bool = False,
     **_: object,
 ) -> list[float]:
     """Exact match with partial credit for the protocol, in the spirit of Search-R1's `qa_em_format`:
@@ -172,6 +185,10 @@ def em_format_reward(
     - a wrong answer in a malformed trajectory scores answer_score (Search-R1's `final_format_score`, 0 by
       default, so text that merely contains the tags earns nothing), a malformed one with no answer 0.
 
+    With `format_requires_search`, a trajectory counts as well-formed here only if it also searched (a `<search>`
+    answered by `<information>`): answering from memory in perfect form then earns what a malformed answer earns, and
+    the protocol's credit goes to the rollouts that used the tool.
+
     `answers` are the final answers the rollout took (default: the last `<answer>` of each completion).
 
     >>> well_formed = ["<think>x</think><answer>Lima</answer>", "<think>x</think><answer>Quito</answer>"]
@@ -181,12 +198,16 @@ def em_format_reward(
     [0.8]
     >>> em_format_reward(["I say <answer>Quito</answer>", "Quito"], golden_answers=[["Lima"]] * 2, answer_score=0.1)
     [0.1, 0.0]
+    >>> searched = "<think>x</think><search>Peru</search><information>Quito is north.</information>"
+    >>> em_format_reward([*well_formed, searched + "<answer>Quito</answer>"], golden_answers=[["Lima"]] * 3,
+    ...                  answer_score=0.05, format_requires_search=True)
+    [0.8, 0.05, 0.2]
     """
     if answers is None:
         answers = [extract_answer(c) for c in completions]
     scores = []
     for completion, answer, golds in zip(completions, answers, golden_answers, strict=True):
-        well_formed = is_valid_format(completion)
+        well_formed = is_valid_format(completion) and (not format_requires_search or searched(completion))
         if exact_match(answer, golds):
             scores.append(1.0 if well_formed else 1.0 - format_score)
         elif well_formed:

@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from inspo_engine.config import RunConfig
-from inspo_engine.env.rewards import REWARDS, em_format_reward, em_reward, retrieved_gold
+from inspo_engine.env.rewards import REWARDS, em_format_reward, em_reward, is_valid_format, retrieved_gold
 
 GOLD = [["Lima"]]
 SEARCHED = (
@@ -58,6 +58,26 @@ def test_answer_score_is_the_first_rung_a_wrong_answer_in_a_malformed_reply():
     scores = em_format_reward(replies, golden_answers=GOLD * 3, answers=["Quito", None, "Quito"], **weights)
     assert scores == [pytest.approx(0.05), 0.0, pytest.approx(0.1)]
     assert em_format_reward([replies[0]], golden_answers=GOLD, answers=["Lima"], **weights) == [pytest.approx(0.9)]
+
+
+@pytest.mark.parametrize(
+    ("response", "answer", "score"),
+    [
+        ("<think>known</think><answer> Lima </answer>", "Lima", 0.8),  # right from memory: a malformed reply's 1 − 0.2
+        (SEARCHED + "<think>hm</think><answer> Lima </answer>", "Lima", 1.0),  # right after a search: everything
+        ("<think>known</think><answer> Quito </answer>", "Quito", 0.05),  # wrong from memory: answer_score only
+        (SEARCHED + "<think>hm</think><answer> Quito </answer>", "Quito", 0.4),  # wrong after a search: 0.2 + 0.2
+        ("<think>x</think><search> Peru </search><answer> Quito </answer>", "Quito", 0.05),  # a search never answered
+    ],
+)
+def test_with_format_requires_search_only_a_rollout_that_searched_earns_the_protocols_credit(response, answer, score):
+    """The cpu-demo's weights: a perfect reply from memory earns what a malformed one earns, a search pays."""
+    weights = {"format_score": 0.2, "retrieval_score": 0.2, "answer_score": 0.05}
+    (got,) = em_format_reward([response], golden_answers=GOLD, answers=[answer], format_requires_search=True, **weights)
+    assert got == pytest.approx(score)
+    (without,) = em_format_reward([response], golden_answers=GOLD, answers=[answer], **weights)
+    changed = is_valid_format(response) and "<information>" not in response
+    assert (without != got) == changed  # the option changes exactly the well-formed replies that did not search
 
 
 WEIGHTS = st.fixed_dictionaries(

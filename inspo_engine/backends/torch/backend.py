@@ -79,6 +79,7 @@ class TorchBackend:
             format_score=env.format_score,
             retrieval_score=env.retrieval_score,
             answer_score=env.answer_score,
+            format_requires_search=env.format_requires_search,
         )
 
     # -- PolicyBackend -------------------------------------------------------------------------------------

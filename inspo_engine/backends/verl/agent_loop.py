@@ -62,6 +62,7 @@ class SearchR1AgentLoop(AgentLoopBase):
             format_score=float(inspo.get("format_score", 0.2)),
             retrieval_score=float(inspo.get("retrieval_score", 0.1)),
             answer_score=float(inspo.get("answer_score", 0.0)),
+            format_requires_search=bool(inspo.get("format_requires_search", False)),
         )
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.retriever = remote_retriever(str(inspo.retriever_url))

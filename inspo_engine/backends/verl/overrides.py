@@ -139,6 +139,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("+inspo.format_score", env.format_score),
         ("+inspo.retrieval_score", env.retrieval_score),
         ("+inspo.answer_score", env.answer_score),
+        ("+inspo.format_requires_search", env.format_requires_search),
     ]
     if paths is not None:
         pairs += [

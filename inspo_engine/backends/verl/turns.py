@@ -49,6 +49,8 @@ class TurnLimits:
     """em_format's bonus when a retrieved passage held a gold answer."""
     answer_score: float = 0.0
     """em_format's credit for a wrong answer in a malformed trajectory."""
+    format_requires_search: bool = False
+    """em_format: the well-formed credit only for a trajectory that searched."""
 
 
 def response_length_for(max_turns: int, max_turn_tokens: int, max_obs_tokens: int) -> int:
@@ -126,6 +128,7 @@ class Episode:
             format_score=limits.format_score,
             retrieval_score=limits.retrieval_score,
             answer_score=limits.answer_score,
+            format_requires_search=limits.format_requires_search,
         )
         return value
 

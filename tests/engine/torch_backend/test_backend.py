@@ -107,3 +107,14 @@ def test_bfloat16_rollouts_read_a_copy_that_follows_every_update():
     assert not in_step()
     backend.rollout(requests(1), group_size=1)
     assert in_step()
+
+
+def test_the_cpu_demo_pays_the_protocol_only_to_rollouts_that_searched():
+    """The preset's em_format reaches the backend with format_requires_search: the same correct, well-formed reply
+    scores 0.8 from memory and 1 after a search."""
+    config = preset("cpu-demo")
+    assert config.env.format_requires_search
+    backend = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    searched = "<think>x</think><search> Peru </search><information>Doc 1 Lima.</information>"
+    replies = ["<think>x</think><answer> Lima </answer>", searched + "<think>y</think><answer> Lima </answer>"]
+    assert backend.reward(replies, golden_answers=[["Lima"]] * 2) == [pytest.approx(0.8), 1.0]

@@ -104,6 +104,31 @@ def test_a_search_then_an_answer_masks_the_passages_and_scores_exact_match(
     assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m == 0)
 
 
+@pytest.mark.parametrize(
+    ("script", "reward"),
+    [
+        (["<think>known</think><answer> Lima </answer>"], 0.8),
+        (["<think>need it</think><search> capital of Peru </search>", "<think>so</think><answer> Lima </answer>"], 1.0),
+    ],
+)
+def test_the_format_aware_reward_pays_the_protocol_only_to_a_rollout_that_searched(
+    script, reward, retrieval_server, tiny_model, tokenizer
+) -> None:
+    url, _ = retrieval_server
+    config = preset("smoke").with_overrides(
+        {"env.reward": "em_format", "env.format_score": 0.2, "env.format_requires_search": True}
+    )
+    loop = make_loop(
+        compose([*verl_overrides(config), f"+inspo.retriever_url='{url}'"]),
+        TinyModelServer(tiny_model, tokenizer, script),
+        tokenizer,
+    )
+    assert loop.limits.format_requires_search
+    out = run(loop)
+    assert out.extra_fields["inspo_answer"] == "Lima"
+    assert out.reward_score == pytest.approx(reward)
+
+
 def test_every_turn_asks_the_server_to_stop_at_the_closing_tags_within_the_turn_budget(
     retrieval_server, tiny_model, tokenizer
 ) -> None:
