@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from inspo_engine.checkpoints import latest_checkpoint  # noqa: E402
+from inspo_engine.env.rewards import retrieved_gold  # noqa: E402
 from inspo_engine.stats import paired_bootstrap  # noqa: E402
 
 PYTHON = sys.executable
@@ -53,6 +54,10 @@ class Result:
 
     def mean(self, key: str) -> float:
         return statistics.fmean(float(a[key]) for a in self.answers)
+
+    def gold_retrieved(self) -> float:
+        """Share of the answers whose searches brought a gold answer into view: whether the searches were useful."""
+        return statistics.fmean(float(retrieved_gold(a["response"], a["golden_answers"])) for a in self.answers)
 
     def training(self, key: str, *, last: bool = True, n: int = 5) -> float:
         """Mean of a step_completed field over the run's last (or first) n steps."""
@@ -102,10 +107,10 @@ def events_of(out: Path) -> list[dict[str, Any]]:
 
 def table(baseline: Result, results: list[Result]) -> str:
     head = (
-        "| variant | seeds | test EM | F1 | answered | well-formed | tool calls | train reward (first 5 → last 5) "
-        "| train tool calls (last 5) | optimizer calls | verification rollouts | minutes "
-        "| EM gain vs untrained [95 % CI] |\n"
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
+        "| variant | seeds | test EM | F1 | answered | well-formed | tool calls | gold retrieved "
+        "| train reward (first 5 → last 5) | train tool calls (last 5) | optimizer calls | verification rollouts "
+        "| minutes | EM gain vs untrained [95 % CI] |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"
     )
     rows = [_row("untrained + seed instruction", [baseline], baseline, gain=False)]
     for variant in VARIANTS:
@@ -123,6 +128,7 @@ def _row(name: str, results: list[Result], baseline: Result, *, gain: bool) -> s
         name,
         str(len([r for r in results if r.seed is not None]) or "–"),
         *(f"{mean([r.mean(k) for r in results]):.3f}" for k in ("em", "f1", "answered", "format", "tool_calls")),
+        f"{mean([r.gold_retrieved() for r in results]):.3f}",
         (
             f"{mean([r.training('reward_mean', last=False) for r in results]):.3f} → "
             f"{mean([r.training('reward_mean') for r in results]):.3f}"
