@@ -668,7 +668,10 @@ class RolloutEngine:
         """Close a turn: an answer or the final turn ends the rollout; a search returns its query; anything else (no
         action, or an empty query) gets the invalid-action note."""
         row.turns += 1
-        action = parse_action(self.tokenizer.decode(row.turn_ids))
+        text = self.tokenizer.decode(row.turn_ids)
+        if row.turns == 1:  # the response prefix opens the first turn: a tag it opens is the model's to close
+            text = self.settings.response_prefix + text
+        action = parse_action(text)
         row.turn_ids, row.tail = [], ""
         if rollout_over(action, row.turns, self.settings.max_turns):
             row.answer = action.content if action.kind == "answer" else None

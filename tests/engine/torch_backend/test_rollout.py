@@ -578,6 +578,26 @@ def test_a_response_prefix_opens_every_reply_is_read_with_the_prompt_and_never_t
     assert len(sample.response_mask) == len(sample.response_ids)  # the prefix is prompt, not a trained token
 
 
+def test_a_tag_the_response_prefix_opens_is_closed_by_the_model_and_read_as_the_first_action(smollm2):
+    """The prefix is the start of the first turn: a search it opens and the model closes is a search, run once."""
+    model, tokenizer = smollm2
+    retriever = EchoRetriever()
+    engine = ScriptedEngine(
+        model,
+        tokenizer,
+        retriever,
+        settings(max_turns=1, response_prefix="<think> I will look it up. </think>\n<search>"),
+        device=CPU,
+        scripts={0: encode(tokenizer, " capital of Peru </search>") + encode(tokenizer, "<answer> Lima </answer>")},
+    )
+    (sample,) = engine.generate([(SEED_INSTRUCTION, PERU)], greedy=True)
+    assert retriever.calls == [["capital of Peru"]]
+    assert (sample.tool_calls, sample.answer, sample.turns) == (1, "Lima", 2)
+    assert sample.response_text.startswith("<think> I will look it up. </think>\n<search> capital of Peru </search>")
+    assert "<information>Doc 1(Title: Title 0) Echo 0 of capital of Peru." in sample.response_text
+    assert INVALID_ACTION_NOTE not in sample.response_text
+
+
 def test_the_response_prefix_comes_from_the_run_config():
     env = EnvConfig(response_prefix="<think>")
     assert RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8).response_prefix == "<think>"
