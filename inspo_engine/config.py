@@ -686,9 +686,15 @@ unrelated passage for every question, while after worked pairs the untrained mod
 ('capital of Aruba', 'currency of Angola')."""
 
 
+CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </think>\n<search>"
+"""How every cpu-demo reply opens: a short thought and an open search whose query the policy writes. Left to choose,
+the 135M model searched in none of 128 sampled replies and RL drove it to answers from memory; opened this way it
+writes the query, reads the passages and learns to answer from them."""
+
+
 def _cpu_demo() -> dict[str, Any]:
     """A run that visibly learns in well under half an hour on two CPU cores: SmolLM2-135M, the format-aware reward
-    weighted towards searching, a reply that opens with '<think>', one searching turn then the answer turn, short
+    weighted towards searching, a reply that opens with a search the policy completes, then the answer turn, short
     turns, a population seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and
     the final evaluation on the built-in test split."""
     return {
@@ -725,7 +731,7 @@ def _cpu_demo() -> dict[str, Any]:
             "retrieval_score": 0.2,
             "answer_score": 0.05,
             "format_requires_search": True,
-            "response_prefix": "<think>",
+            "response_prefix": CPU_DEMO_OPENING,
         },
         "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},
         "optimizer": {"provider": "rules"},

@@ -45,3 +45,21 @@ def test_a_cpu_demo_search_shows_the_gold_answer_for_most_single_hop_questions(s
 
     narrow = dataclasses.replace(settings, max_obs_tokens=80)
     assert _gold_in_view(RolloutEngine(model, tokenizer, retriever, narrow, device=CPU), retriever, single) < 0.7
+
+
+def test_the_cpu_demo_opening_makes_the_untrained_model_search(smollm2, retriever):
+    """Left to choose, the untrained model searched in none of 128 sampled cpu-demo replies; the preset's opening
+    leaves it the query to write, and most replies then search."""
+    model, tokenizer = smollm2
+    config = preset("cpu-demo")
+    settings = RolloutSettings.from_config(
+        config.env, temperature=config.grpo.sampling_temperature, top_p=1.0, max_new_tokens=40
+    )
+    engine = RolloutEngine(model, tokenizer, retriever, settings, device=CPU)
+    questions = [q for q in builtin_dataset().split("train") if question_kind(q) == "single"][:8]
+    items = [(config.population.initial_instructions[0], q) for q in questions for _ in range(4)]
+
+    samples = engine.generate(items, generator=torch.Generator().manual_seed(0))
+
+    assert all(s.response_text.startswith(config.env.response_prefix) for s in samples)
+    assert sum(s.tool_calls > 0 for s in samples) >= 0.5 * len(samples)
