@@ -728,7 +728,7 @@ def _cpu_demo() -> dict[str, Any]:
             "max_prompt_length": 1024,
             "reward": "em_format",
             "format_score": 0.2,
-            "retrieval_score": 0.2,
+            "retrieval_score": 0.0,
             "answer_score": 0.05,
             "format_requires_search": True,
             "response_prefix": CPU_DEMO_OPENING,

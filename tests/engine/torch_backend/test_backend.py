@@ -111,10 +111,16 @@ def test_bfloat16_rollouts_read_a_copy_that_follows_every_update():
 
 def test_the_cpu_demo_pays_the_protocol_only_to_rollouts_that_searched():
     """The preset's em_format reaches the backend with format_requires_search: the same correct, well-formed reply
-    scores 0.8 from memory and 1 after a search."""
+    scores 0.8 from memory and 1 after a search; a searched wrong answer scores the format credit, gold in view
+    or not."""
     config = preset("cpu-demo")
     assert config.env.format_requires_search
     backend = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
     searched = "<think>x</think><search> Peru </search><information>Doc 1 Lima.</information>"
     replies = ["<think>x</think><answer> Lima </answer>", searched + "<think>y</think><answer> Lima </answer>"]
     assert backend.reward(replies, golden_answers=[["Lima"]] * 2) == [pytest.approx(0.8), 1.0]
+    # a wrong answer earns the format credit alone, whether or not the passages showed the gold: with a retrieval
+    # credit the demo's policy learned to answer with the entity it searched for ('<answer> Peru </answer>')
+    echoed = searched + "<answer> Peru </answer>"
+    unseen = "<think>x</think><search> Peru </search><information>Doc 1 Quito.</information><answer> Peru </answer>"
+    assert backend.reward([echoed, unseen], golden_answers=[["Lima"]] * 2) == [0.2, 0.2]
