@@ -689,11 +689,12 @@ unrelated passage for every question, while after worked pairs the untrained mod
 CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </think>\n<search>"
 """How every cpu-demo reply opens: a short thought and an open search whose query the policy writes. Left to choose,
 the 135M model searched in none of 128 sampled replies and RL drove it to answers from memory; opened this way it
-writes the query, reads the passages and learns to answer from them."""
+writes a query in every reply and reads the passages (in 40 steps it learns the protocol, not yet to answer from
+the passages: README, "The cpu-demo")."""
 
 
 def _cpu_demo() -> dict[str, Any]:
-    """A run that visibly learns in well under half an hour on two CPU cores: SmolLM2-135M, the format-aware reward
+    """A run that visibly learns the protocol in 30–40 CPU-minutes on two cores: SmolLM2-135M, the format-aware reward
     weighted towards searching, a reply that opens with a search the policy completes, then the answer turn, short
     turns, a population seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and
     the final evaluation on the built-in test split."""
