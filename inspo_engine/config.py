@@ -219,6 +219,10 @@ class EnvConfig:
     """em_format: score of a malformed trajectory whose rollout ended with a wrong answer (Search-R1's
     `final_format_score`; 0 there and here by default): a first rung for a model that never writes the whole
     protocol."""
+    f1_score: float = bounded(0.0, 0, 0.5)
+    """em_format: a well-formed trajectory whose answer is wrong also earns f1_score × the answer's token F1 against
+    the gold answers (0 by default; Search-R1 pays exact match only): "Lima is the capital of Peru" for Lima earns a
+    third of it, a bare "Lima" would earn 1. A rung from quoting the passages to the short answer they hold."""
     format_requires_search: bool = False
     """em_format: a trajectory earns the well-formed credit (format_score, and the full 1 for a correct answer) only
     if it also searched at least once; a perfect answer from memory scores like a malformed one. Pays the protocol
@@ -533,6 +537,15 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
         errors.append(FieldError("population.seed_instruction", "must not be empty"))
     if config.env.answer_score > config.env.format_score:
         errors.append(FieldError("env.answer_score", f"must be ≤ format_score ({config.env.format_score})"))
+    wrong_at_most = config.env.format_score + config.env.retrieval_score + config.env.f1_score
+    if wrong_at_most >= 1:
+        errors.append(
+            FieldError(
+                "env.f1_score",
+                f"format_score + retrieval_score + f1_score ({wrong_at_most:g}) must stay below 1, what a correct "
+                "answer in a well-formed trajectory earns",
+            )
+        )
     if config.backend.name == "verl":
         if config.env.response_prefix:
             errors.append(FieldError("env.response_prefix", "is supported by the torch backend only"))
@@ -686,6 +699,15 @@ unrelated passage for every question, while after worked pairs the untrained mod
 ('capital of Aruba', 'currency of Angola')."""
 
 
+CPU_DEMO_SEED = SEED_INSTRUCTION.replace(
+    "give only the final short answer inside <answer> and </answer>, for example <answer> Paris </answer>.",
+    "give only the final short answer, copied from the passages, inside <answer> and </answer>.",
+)
+"""The cpu-demo's seed instruction: the paper's seed without its example answer, asking for the short answer as the
+passages write it. With the example the 135M policy searched for "Paris" and answered "Paris" to 122 of 195 test
+questions (README, "The cpu-demo", attempt 13); without it, its answers quote the passages (attempt 14)."""
+
+
 CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </think>\n<search>"
 """How every cpu-demo reply opens: a short thought and an open search whose query the policy writes. Left to choose,
 the 135M model searched in none of 128 sampled replies and RL drove it to answers from memory; opened this way it
@@ -713,7 +735,8 @@ def _cpu_demo() -> dict[str, Any]:
         "population": {
             "population_size": 4,
             "prune_every": 4,
-            "initial_instructions": [f"{SEED_INSTRUCTION} {CPU_DEMO_EXAMPLE}"],
+            "seed_instruction": CPU_DEMO_SEED,
+            "initial_instructions": [f"{CPU_DEMO_SEED} {CPU_DEMO_EXAMPLE}"],
         },
         "evolution": {
             "evolve_every": 8,
@@ -732,6 +755,7 @@ def _cpu_demo() -> dict[str, Any]:
             "retrieval_score": 0.0,
             "answer_score": 0.05,
             "format_requires_search": True,
+            "f1_score": 0.3,
             "response_prefix": CPU_DEMO_OPENING,
         },
         "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},

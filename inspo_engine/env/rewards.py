@@ -175,13 +175,15 @@ def em_format_reward(
     retrieval_score: float = 0.1,
     answer_score: float = 0.0,
     format_requires_search: bool = False,
+    f1_score: float = 0.0,
     **_: object,
 ) -> list[float]:
     """Exact match with partial credit for the protocol, in the spirit of Search-R1's `qa_em_format`:
 
     - a correct answer scores 1 in a well-formed trajectory and 1 − format_score in a malformed one;
     - a wrong (or missing) answer in a well-formed trajectory scores format_score, plus retrieval_score when a
-      retrieved passage held a gold answer;
+      retrieved passage held a gold answer, plus f1_score × the answer's token F1 against the gold answers (0 by
+      default: a wrong answer that names part of the gold one, or the gold one inside a sentence, earns a share);
     - a wrong answer in a malformed trajectory scores answer_score (Search-R1's `final_format_score`, 0 by
       default, so text that merely contains the tags earns nothing), a malformed one with no answer 0.
 
@@ -202,6 +204,9 @@ def em_format_reward(
     >>> em_format_reward([*well_formed, searched + "<answer>Quito</answer>"], golden_answers=[["Lima"]] * 3,
     ...                  answer_score=0.05, format_requires_search=True)
     [0.8, 0.05, 0.2]
+    >>> sentence = "<think>x</think><answer>Lima is the capital of Peru</answer>"
+    >>> [round(s, 3) for s in em_format_reward([sentence, well_formed[1]], golden_answers=[["Lima"]] * 2, f1_score=0.3)]
+    [0.3, 0.2]
     """
     if answers is None:
         answers = [extract_answer(c) for c in completions]
@@ -211,7 +216,8 @@ def em_format_reward(
         if exact_match(answer, golds):
             scores.append(1.0 if well_formed else 1.0 - format_score)
         elif well_formed:
-            scores.append(format_score + (retrieval_score if retrieved_gold(completion, golds) else 0.0))
+            retrieval = retrieval_score if retrieved_gold(completion, golds) else 0.0
+            scores.append(format_score + retrieval + f1_score * f1(answer, golds))
         else:
             scores.append(answer_score if answer is not None else 0.0)
     return scores

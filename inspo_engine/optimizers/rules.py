@@ -50,6 +50,10 @@ GUIDANCE = (
     Guidance("no answer tags", SHORT_EXAMPLE),
     Guidance("long answer", "Inside <answer> and </answer> write only the name or number asked for, nothing else."),
     Guidance("wrong after search", "Read the passages in <information> and </information> and copy the exact name."),
+    Guidance(
+        "answer repeats query",
+        "Never answer with your own search query: answer with the name the passages give for what you searched.",
+    ),
     Guidance("no reasoning", "Begin every turn with a short plan inside <think> and </think>."),
     Guidance("many searches", "Use short keyword queries of two to five words; do not repeat a search."),
     Guidance("two hops", "For a question about one entity via another, search for the first entity, then the second."),
@@ -63,6 +67,8 @@ def diagnose(response: str) -> list[str]:
     ['no search', 'no answer tags', 'no reasoning']
     >>> diagnose("<think>x</think><search>a</search><information>d</information><answer>Lima Peru capital</answer>")
     ['long answer', 'wrong after search']
+    >>> diagnose("<think>x</think><search> Benin </search><information>d</information><answer>Benin</answer>")
+    ['wrong after search', 'answer repeats query']
     """
     symptoms = []
     searched = "<search>" in response
@@ -75,6 +81,9 @@ def diagnose(response: str) -> list[str]:
         symptoms.append("long answer")
     if searched and answer is not None:
         symptoms.append("wrong after search")
+        queries = {_words(query) for query in re.findall(r"<search>(.*?)</search>", response, re.S)}
+        if _words(answer.group(1)) in queries:
+            symptoms.append("answer repeats query")
     if "<think>" not in response:
         symptoms.append("no reasoning")
     if response.count("<search>") > 3:
@@ -105,6 +114,10 @@ class RuleBasedClient:
         return Completion(
             text=text, model=self.model, input_tokens=len(prompt.split()), output_tokens=len(text.split())
         )
+
+
+def _words(text: str) -> str:
+    return " ".join(text.lower().split())
 
 
 def _parent_of(prompt: str) -> str:

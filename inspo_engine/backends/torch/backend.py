@@ -80,6 +80,7 @@ class TorchBackend:
             retrieval_score=env.retrieval_score,
             answer_score=env.answer_score,
             format_requires_search=env.format_requires_search,
+            f1_score=env.f1_score,
         )
 
     # -- PolicyBackend -------------------------------------------------------------------------------------

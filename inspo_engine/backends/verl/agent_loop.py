@@ -63,6 +63,7 @@ class SearchR1AgentLoop(AgentLoopBase):
             retrieval_score=float(inspo.get("retrieval_score", 0.1)),
             answer_score=float(inspo.get("answer_score", 0.0)),
             format_requires_search=bool(inspo.get("format_requires_search", False)),
+            f1_score=float(inspo.get("f1_score", 0.0)),
         )
         self.prompt_length = int(self.rollout_config.prompt_length)
         self.retriever = remote_retriever(str(inspo.retriever_url))

@@ -140,6 +140,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("+inspo.retrieval_score", env.retrieval_score),
         ("+inspo.answer_score", env.answer_score),
         ("+inspo.format_requires_search", env.format_requires_search),
+        ("+inspo.f1_score", env.f1_score),
     ]
     if paths is not None:
         pairs += [

@@ -51,6 +51,8 @@ class TurnLimits:
     """em_format's credit for a wrong answer in a malformed trajectory."""
     format_requires_search: bool = False
     """em_format: the well-formed credit only for a trajectory that searched."""
+    f1_score: float = 0.0
+    """em_format: the share of a wrong answer's token F1 a well-formed trajectory earns."""
 
 
 def response_length_for(max_turns: int, max_turn_tokens: int, max_obs_tokens: int) -> int:
@@ -129,6 +131,7 @@ class Episode:
             retrieval_score=limits.retrieval_score,
             answer_score=limits.answer_score,
             format_requires_search=limits.format_requires_search,
+            f1_score=limits.f1_score,
         )
         return value
 
