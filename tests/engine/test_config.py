@@ -249,3 +249,16 @@ def test_strings_and_lists_have_a_length_limit_that_the_message_names(path, valu
 def test_an_instruction_at_the_limit_is_accepted():
     config = preset("paper").with_overrides({"population.seed_instruction": "x" * 20_000})
     assert len(config.population.seed_instruction) == 20_000
+
+
+def test_the_cpu_demo_seeds_its_population_without_an_answer_to_copy():
+    """A small policy copies an example answer into every reply ("Paris" for 122 of 195 test questions): the
+    cpu-demo's seed, and the template built on it, show none, and ask for the answer as the passages write it."""
+    from inspo_engine.config import CPU_DEMO_SEED, SEED_INSTRUCTION, preset
+
+    population = preset("cpu-demo").population
+    assert population.seed_instruction == CPU_DEMO_SEED != SEED_INSTRUCTION
+    for instruction in [population.seed_instruction, *population.initial_instructions]:
+        assert "Paris" not in instruction and "copied from the passages" in instruction
+        assert "<answer> and </answer>" in instruction
+    assert preset("paper").population.seed_instruction == SEED_INSTRUCTION  # the paper's seed stays as App. F has it

@@ -54,3 +54,23 @@ def test_it_says_it_is_not_a_language_model():
 
 def test_diagnosis_reads_the_protocol():
     assert diagnose("<think>a</think><answer>Lima</answer>") == ["no search"]
+
+
+def test_answers_that_repeat_the_query_get_advice_to_answer_from_the_passages():
+    """The cpu-demo's failure: the policy searched for the question's entity and answered with that query."""
+    echo = FailureExample(
+        "Which country is larger, Benin or Chad?",
+        "<think>look</think><search> Chad </search><information>Doc 1(Title: Chad) …</information>"
+        "<answer> chad </answer>",
+        ("Chad",),
+        0.2,
+    )
+    assert "answer repeats query" in diagnose(echo.response)
+    assert "answer repeats query" not in diagnose(WRONG.response)
+    prompt = build_prompt("reflection", parent=SEED_INSTRUCTION, n=2, failures=[echo, echo, WRONG])
+    candidates = parse_proposal(RuleBasedClient().complete(prompt).text, parent=SEED_INSTRUCTION, n=2).candidates
+    advice = {g.symptom: g.sentence for g in GUIDANCE if "search" in g.symptom or "query" in g.symptom}
+    assert candidates == (
+        f"{SEED_INSTRUCTION} {advice['wrong after search']}",  # 3 of the 3 failures
+        f"{SEED_INSTRUCTION} {advice['answer repeats query']}",  # 2 of them
+    )

@@ -37,6 +37,27 @@ def test_em_format_scores_scale_with_the_configured_weights():
     ]
 
 
+@pytest.mark.parametrize(
+    ("answer", "f1"),
+    [
+        ("Lima", None),  # correct: the full 1, no share of anything
+        ("Lima is the capital of Peru", 1 / 3),  # the gold inside a sentence: F1 2·(1/5)·1 / (1/5 + 1) = 1/3
+        ("Lima Peru", 2 / 3),  # shorter, closer: more
+        ("capital of Peru", 0.0),  # the query echoed: nothing
+        ("Cusco", 0.0),
+    ],
+)
+def test_f1_score_pays_a_share_of_a_wrong_answers_token_f1_in_a_well_formed_reply(answer, f1):
+    reply = f"{SEARCHED}<think>hm</think><answer> {answer} </answer>"
+    weights = {"format_score": 0.2, "retrieval_score": 0.0, "f1_score": 0.3}
+    (score,) = em_format_reward([reply], golden_answers=GOLD, answers=[answer], **weights)
+    assert score == pytest.approx(1.0 if f1 is None else 0.2 + 0.3 * f1)
+    (malformed,) = em_format_reward([f"I say <answer> {answer} </answer>"], golden_answers=GOLD, **weights)
+    assert malformed == pytest.approx(0.8 if f1 is None else 0.0)  # the rung is for well-formed replies only
+    (off,) = em_format_reward([reply], golden_answers=GOLD, answers=[answer], format_score=0.2, retrieval_score=0.0)
+    assert off == pytest.approx(1.0 if f1 is None else 0.2)  # 0 by default: Search-R1's reward unchanged
+
+
 def test_the_answer_the_rollout_took_wins_over_text_that_only_looks_like_one():
     """The invalid-action note or a passage can contain answer-like text; the rollout's own final answer counts."""
     response = "<think>x</think><answer> Quito </answer>"
@@ -81,8 +102,14 @@ def test_with_format_requires_search_only_a_rollout_that_searched_earns_the_prot
 
 
 WEIGHTS = st.fixed_dictionaries(
-    {"format_score": st.floats(0, 0.5), "retrieval_score": st.floats(0, 0.5), "answer_score": st.floats(0, 0.25)}
+    {
+        "format_score": st.floats(0, 0.3),
+        "retrieval_score": st.floats(0, 0.3),
+        "answer_score": st.floats(0, 0.25),
+        "f1_score": st.floats(0, 0.39),
+    }
 )
+"""Weights the config accepts: format + retrieval + f1 stay below 1 (see the config test below)."""
 
 
 @given(st.text(max_size=200), st.one_of(st.none(), st.text(max_size=20)), WEIGHTS)
@@ -107,3 +134,6 @@ def test_reward_weights_are_bounded_in_the_config():
         RunConfig.from_dict({"env": {"format_score": 0.9}})
     with pytest.raises(ValueError, match=r"env\.answer_score: must be ≤ format_score"):
         RunConfig.from_dict({"env": {"format_score": 0.1, "answer_score": 0.2}})
+    with pytest.raises(ValueError, match=r"env\.f1_score: .*\(1\.1\) must stay below 1"):
+        RunConfig.from_dict({"env": {"format_score": 0.3, "retrieval_score": 0.4, "f1_score": 0.4}})
+    assert RunConfig.from_dict({"env": {"format_score": 0.2, "retrieval_score": 0.2, "f1_score": 0.5}})
