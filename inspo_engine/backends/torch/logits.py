@@ -28,8 +28,10 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 
-LOGIT_CHUNK_ROWS = 512
-"""Most rows whose full-vocabulary logits exist at once (512 × 49,152 float32 ≈ 100 MB for SmolLM2)."""
+LOGIT_CHUNK_ROWS = 256
+"""Most rows whose full-vocabulary logits exist at once (256 × 49,152 float32 ≈ 50 MB for SmolLM2). The backward
+pass of a chunk holds about five tensors of that size (the recomputed logits, the softmax, the scattered target
+gradient, their sum, the head's weight gradient): at 512 rows that was 0.5 GB of the cpu-demo's peak."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,7 @@ def target_logprobs(
     for start in range(0, max(hidden.shape[0], 1), chunk_rows):  # no rows: one empty chunk, still in the graph
         rows, wanted = hidden[start : start + chunk_rows], targets[start : start + chunk_rows]
         if track:
-            pair = checkpoint(_chunk_logprobs, head, rows, wanted, use_reentrant=False)
+            pair = checkpoint(_ForwardEntropy(), head, rows, wanted, use_reentrant=False)
             assert isinstance(pair, tuple)
             logprob, entropy = pair
         else:
@@ -101,14 +103,31 @@ def at_least_float32(values: torch.Tensor) -> torch.Tensor:
     return values.to(torch.promote_types(values.dtype, torch.float32))
 
 
-def _chunk_logprobs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk_logprobs(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, *, entropy: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log π(target), entropy) of each row; `entropy` False leaves the second empty."""
     logits = at_least_float32(head(hidden))
     normaliser = torch.logsumexp(logits, dim=-1)
     logprob = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normaliser
+    if not entropy:
+        return logprob, logprob.new_empty(0)
     with torch.no_grad():
-        expected_logit = (torch.softmax(logits, dim=-1) * logits).sum(-1)
-        entropy = normaliser - expected_logit
-    return logprob, entropy
+        expected_logit = torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
+        return logprob, normaliser - expected_logit
+
+
+class _ForwardEntropy:
+    """`_chunk_logprobs` for activation checkpointing: the entropy (no gradient, only logged) is computed in the
+    forward pass and skipped when backward recomputes the chunk, where only the tensors autograd saves matter."""
+
+    def __init__(self) -> None:
+        self.recomputing = False
+
+    def __call__(self, head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        entropy = not self.recomputing
+        self.recomputing = True
+        return _chunk_logprobs(head, hidden, targets, entropy=entropy)
 
 
 @contextmanager

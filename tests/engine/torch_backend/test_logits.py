@@ -51,6 +51,7 @@ def test_gradients_into_the_hidden_states_and_the_head_equal_the_full_computatio
     head.weight.grad, leaf.grad = None, None
     logprobs, entropy = target_logprobs(head, leaf, targets, chunk_rows=7)
     assert logprobs.requires_grad and not entropy.requires_grad
+    torch.testing.assert_close(entropy, _reference(head, hidden, targets)[1], rtol=0.0, atol=1e-4)
     (logprobs * weights).sum().backward()
     torch.testing.assert_close(leaf.grad, want_hidden, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(head.weight.grad, want_head, rtol=1e-5, atol=1e-6)
@@ -67,6 +68,19 @@ def test_the_head_never_sees_more_than_a_chunk_of_rows_and_reruns_each_chunk_onc
     finally:
         handle.remove()
     assert sorted(seen) == sorted([8, 8, 4] * 2)  # the logits were recomputed, not kept
+
+
+def test_backward_recomputes_the_log_probs_but_not_the_logged_entropy(head, monkeypatch):
+    """The entropy has no gradient: recomputing it in backward would only add a softmax the size of the chunk's
+    logits to the peak memory."""
+    softmaxes: list[int] = []
+    softmax = torch.softmax
+    monkeypatch.setattr(torch, "softmax", lambda x, *a, **k: softmaxes.append(x.shape[0]) or softmax(x, *a, **k))
+    hidden, targets = _rows(20)
+    logprobs, _ = target_logprobs(head, hidden.requires_grad_(True), targets, chunk_rows=8)
+    assert softmaxes == [8, 8, 4]
+    logprobs.sum().backward()
+    assert softmaxes == [8, 8, 4]
 
 
 def test_no_rows_give_empty_results_that_still_backpropagate(head):
