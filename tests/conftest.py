@@ -10,6 +10,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests check behaviour, not speed: on a loaded machine a first example can take longer than hypothesis's
+# default 200 ms deadline, which would fail a correct test.
+settings.register_profile("inspo", deadline=None)
+settings.load_profile("inspo")
 
 REQUIRE_SERVICES = os.environ.get("INSPO_REQUIRE_SERVICES") == "1"
 POSTGRES = ("127.0.0.1", 5432)
