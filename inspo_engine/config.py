@@ -712,7 +712,8 @@ CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </th
 """How every cpu-demo reply opens: a short thought and an open search whose query the policy writes. Left to choose,
 the 135M model searched in none of 128 sampled replies and RL drove it to answers from memory; opened this way it
 writes a query in every reply and reads the passages (in 40 steps it learns the protocol, not yet to answer from
-the passages: README, "The cpu-demo")."""
+the passages: README, "The cpu-demo"). Its sentence is text the policy can copy, and by the end of attempt 15 both
+policies answered most test questions with it."""
 
 
 def _cpu_demo() -> dict[str, Any]:
