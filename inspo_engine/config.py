@@ -705,7 +705,8 @@ CPU_DEMO_SEED = SEED_INSTRUCTION.replace(
 )
 """The cpu-demo's seed instruction: the paper's seed without its example answer, asking for the short answer as the
 passages write it. With the example the 135M policy searched for "Paris" and answered "Paris" to 122 of 195 test
-questions (README, "The cpu-demo", attempt 13); without it, its answers quote the passages (attempt 14)."""
+questions (README, "The cpu-demo", attempt 13); without it, its answers quoted the passages in a 16-step probe
+(attempt 14), and by step 40 both policies copied the opening's sentence instead (attempt 15)."""
 
 
 CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </think>\n<search>"
