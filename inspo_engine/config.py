@@ -231,6 +231,10 @@ class EnvConfig:
     """Text the environment writes at the start of every reply before the model continues it (R1-Zero templates
     open the reply with '<think>'). It is part of the response the reward reads, and never trained. Torch backend
     only."""
+    final_turn_prefix: str = ""
+    """Text the environment writes after the observation of the last search a rollout may make, opening the final
+    turn, which may only answer (e.g. '<answer>': the model then writes the answer's words and closes the tag). Like
+    response_prefix it is part of the response the reward reads and never trained. Torch backend only."""
 
 
 @dataclass
@@ -547,8 +551,9 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
             )
         )
     if config.backend.name == "verl":
-        if config.env.response_prefix:
-            errors.append(FieldError("env.response_prefix", "is supported by the torch backend only"))
+        for name in ("response_prefix", "final_turn_prefix"):
+            if getattr(config.env, name):
+                errors.append(FieldError(f"env.{name}", "is supported by the torch backend only"))
         if grpo.drop_uniform_groups:
             errors.append(FieldError("grpo.drop_uniform_groups", "is supported by the torch backend only"))
         if config.backend.reference_dtype != "policy":

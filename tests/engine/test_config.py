@@ -63,6 +63,7 @@ def test_the_static_mode_never_evolves():
         ({"optimizer.provider": "openai"}, "optimizer.base_url"),
         ({"env.answer_score": 0.9}, "env.answer_score"),
         ({"backend.name": "verl", "env.response_prefix": "<think>"}, "env.response_prefix"),
+        ({"backend.name": "verl", "env.final_turn_prefix": "<answer>"}, "env.final_turn_prefix"),
         ({"backend.name": "verl", "grpo.drop_uniform_groups": True}, "grpo.drop_uniform_groups"),
         ({"backend.name": "verl", "backend.reference_dtype": "bfloat16"}, "backend.reference_dtype"),
         ({"backend.reference_dtype": "float16"}, "backend.reference_dtype"),

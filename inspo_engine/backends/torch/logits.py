@@ -82,9 +82,13 @@ def target_logprobs(
     when grad is on; entropies never do. With gradient, each chunk's logits are recomputed during backward rather
     than stored.
     """
+    track = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    if track and type(head) is nn.Linear and head.bias is None:
+        pair = _LinearHeadLogprobs.apply(hidden, head.weight, targets, head, chunk_rows)
+        assert isinstance(pair, tuple)
+        return pair[0], pair[1]
     logprobs: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
-    track = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
     for start in range(0, max(hidden.shape[0], 1), chunk_rows):  # no rows: one empty chunk, still in the graph
         rows, wanted = hidden[start : start + chunk_rows], targets[start : start + chunk_rows]
         if track:
@@ -115,6 +119,64 @@ def _chunk_logprobs(
     with torch.no_grad():
         expected_logit = torch.softmax(logits, dim=-1).mul_(logits).sum(-1)
         return logprob, normaliser - expected_logit
+
+
+class _LinearHeadLogprobs(torch.autograd.Function):
+    """`target_logprobs` with gradient through a bias-free linear head, written out so that backward holds one
+    chunk's logits and one gradient of the head's weights for all chunks.
+
+    Checkpointing each chunk through autograd gave every chunk's backward its own full-size weight gradient
+    (vocabulary × hidden, 113 MB for SmolLM2), summed out of place with the others: several of those, beside the
+    recomputed logits, their softmax and the scattered target gradient, were alive at once. Here backward
+    recomputes a chunk's logits, turns them in place into the gradient of the log-probs with respect to the
+    logits (g · (onehot(target) − softmax)), and adds that chunk's share into one weight gradient with `addmm_`.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: torch.autograd.function.FunctionCtx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        targets: torch.Tensor,
+        head: nn.Module,
+        chunk_rows: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        logprobs, entropies, normalisers = [], [], []
+        for start in range(0, max(hidden.shape[0], 1), chunk_rows):
+            rows, wanted = hidden[start : start + chunk_rows], targets[start : start + chunk_rows]
+            logits = at_least_float32(head(rows))
+            normaliser = torch.logsumexp(logits, dim=-1)
+            logprobs.append(logits.gather(-1, wanted.unsqueeze(-1)).squeeze(-1) - normaliser)
+            entropies.append(normaliser - torch.softmax(logits, dim=-1).mul_(logits).sum(-1))
+            normalisers.append(normaliser)
+        ctx.save_for_backward(hidden, weight, targets, torch.cat(normalisers))
+        ctx.head, ctx.chunk_rows = head, chunk_rows  # type: ignore[attr-defined]
+        entropy = torch.cat(entropies)
+        ctx.mark_non_differentiable(entropy)
+        return torch.cat(logprobs), entropy
+
+    @staticmethod
+    def backward(
+        ctx: torch.autograd.function.FunctionCtx, grad_logprobs: torch.Tensor, _grad_entropy: torch.Tensor
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, None, None, None]:
+        hidden, weight, targets, normalisers = ctx.saved_tensors  # type: ignore[attr-defined]
+        want_hidden, want_weight = ctx.needs_input_grad[:2]  # type: ignore[attr-defined]
+        chunk_rows: int = ctx.chunk_rows  # type: ignore[attr-defined]
+        grad_hidden = torch.empty_like(hidden) if want_hidden else None
+        grad_weight = torch.zeros_like(weight) if want_weight else None
+        for start in range(0, hidden.shape[0], chunk_rows):
+            stop = start + chunk_rows
+            rows, wanted, scale = hidden[start:stop], targets[start:stop], grad_logprobs[start:stop]
+            with torch.no_grad():
+                grad_logits = at_least_float32(ctx.head(rows))  # type: ignore[attr-defined]
+            grad_logits.sub_(normalisers[start:stop, None]).exp_().mul_(-scale[:, None].to(grad_logits.dtype))
+            grad_logits.scatter_add_(-1, wanted[:, None], scale[:, None].to(grad_logits.dtype))
+            grad_logits = grad_logits.to(weight.dtype)
+            if grad_hidden is not None:
+                torch.mm(grad_logits, weight, out=grad_hidden[start:stop])
+            if grad_weight is not None:
+                grad_weight.addmm_(grad_logits.T, rows)
+        return grad_hidden, grad_weight, None, None, None
 
 
 class _ForwardEntropy:

@@ -56,6 +56,7 @@ from ...env.protocol import (
     Placement,
     Retriever,
     chat_messages,
+    most_turns,
     observation,
     parse_action,
     rollout_over,
@@ -102,6 +103,8 @@ class RolloutSettings:
     """Where the instruction goes in the chat (see `chat_messages`)."""
     response_prefix: str = ""
     """Text that opens every reply: read with the prompt (so never trained), and the start of the response text."""
+    final_turn_prefix: str = ""
+    """Text that opens the final turn, written after the observation of the last search allowed (never trained)."""
 
     @classmethod
     def from_config(cls, env: EnvConfig, *, temperature: float, top_p: float, max_new_tokens: int) -> RolloutSettings:
@@ -116,6 +119,7 @@ class RolloutSettings:
             top_p=top_p,
             placement=env.instruction_placement,
             response_prefix=env.response_prefix,
+            final_turn_prefix=env.final_turn_prefix,
         )
 
 
@@ -477,6 +481,7 @@ class RolloutEngine:
         self._pad = int(pad) if pad is not None else min(self._eos, default=0)
         self._note_ids = self._encode(INVALID_ACTION_NOTE)
         self._closing_ids = self._encode(_CLOSING)
+        self._final_ids = self._encode(settings.final_turn_prefix) if settings.final_turn_prefix else []
         self._max_context: int | None = getattr(model.config, "max_position_embeddings", None)
         self._texts: dict[int, str] = {}
 
@@ -559,7 +564,8 @@ class RolloutEngine:
             owners.setdefault(prompt, row.instruction)
         group_of_prompt, shared = _shared_prefixes(prompts, [owners[p] for p in range(len(prompts))])
         longest = max(len(ids) for ids in prompts)
-        margin = self.settings.max_turn_tokens + max(self.settings.max_obs_tokens, len(self._note_ids))
+        observed = max(self.settings.max_obs_tokens, len(self._note_ids)) + len(self._final_ids)
+        margin = self.settings.max_turn_tokens + observed
         capacity = longest + self.settings.max_turn_tokens + 1
         cache = _RowCache(len(shared), capacity=capacity, margin=margin, device=self.device)
         if any(shared):
@@ -671,6 +677,8 @@ class RolloutEngine:
         text = self.tokenizer.decode(row.turn_ids)
         if row.turns == 1:  # the response prefix opens the first turn: a tag it opens is the model's to close
             text = self.settings.response_prefix + text
+        elif row.turns == most_turns(self.settings.max_turns):  # and the final-turn prefix the last one
+            text = self.settings.final_turn_prefix + text
         action = parse_action(text)
         row.turn_ids, row.tail = [], ""
         if rollout_over(action, row.turns, self.settings.max_turns):
@@ -679,7 +687,7 @@ class RolloutEngine:
             return None
         if action.kind == "search" and action.content:
             return action.content
-        self._append(row, self._note_ids)
+        self._observe(row, self._note_ids)
         return None
 
     def _search(self, searches: list[tuple[_Row, str]]) -> None:
@@ -689,7 +697,7 @@ class RolloutEngine:
             raise RuntimeError(f"retriever answered {len(results)} result lists for {len(queries)} queries")
         for (row, _), passages in zip(searches, results, strict=True):
             row.tool_calls += 1
-            self._append(row, self._observation_ids(passages))
+            self._observe(row, self._observation_ids(passages))
 
     def _observation_ids(self, passages: Sequence[Passage]) -> list[int]:
         """The observation's tokens, cut to max_obs_tokens; a cut one still ends with its closing tag."""
@@ -699,6 +707,11 @@ class RolloutEngine:
             return ids
         closing = self._closing_ids if len(self._closing_ids) < limit else []
         return ids[: limit - len(closing)] + closing
+
+    def _observe(self, row: _Row, ids: list[int]) -> None:
+        """Append what the environment answers a turn with and, when the next turn is the final one, what opens it."""
+        final = row.turns + 1 == most_turns(self.settings.max_turns)
+        self._append(row, ids + self._final_ids if final else ids)
 
     def _append(self, row: _Row, ids: list[int]) -> None:
         """Append masked tokens (an observation or the note) that the model reads before its next turn."""

@@ -32,7 +32,7 @@ from inspo_engine.backends.torch.rollout import (
 from inspo_engine.backends.torch.samples import RolloutSample
 from inspo_engine.config import SEED_INSTRUCTION, EnvConfig
 from inspo_engine.env.protocol import INVALID_ACTION_NOTE, observation
-from inspo_engine.env.rewards import extract_answer
+from inspo_engine.env.rewards import extract_answer, is_valid_format
 from inspo_engine.types import Question
 
 from .conftest import EchoRetriever
@@ -598,6 +598,53 @@ def test_a_tag_the_response_prefix_opens_is_closed_by_the_model_and_read_as_the_
     assert INVALID_ACTION_NOTE not in sample.response_text
 
 
+def test_the_final_turn_prefix_opens_the_answer_turn_after_the_last_search_and_is_never_trained(smollm2):
+    """With one search allowed, the environment writes '<answer>' after its passages: the model's words and its
+    closing tag complete the answer, which the rollout reads and the reward sees in a well-formed response."""
+    model, tokenizer = smollm2
+    engine = ScriptedEngine(
+        model,
+        tokenizer,
+        EchoRetriever(),
+        settings(max_turns=1, response_prefix="<think> look </think>\n<search>", final_turn_prefix="<answer>"),
+        device=CPU,
+        scripts={0: encode(tokenizer, " capital of Peru </search>") + encode(tokenizer, " Lima </answer>")},
+    )
+    (sample,) = engine.generate([(SEED_INSTRUCTION, PERU)], greedy=True)
+    assert (sample.tool_calls, sample.answer, sample.turns) == (1, "Lima", 2)
+    assert sample.response_text.endswith("</information>\n\n<answer> Lima </answer>")
+    assert is_valid_format(sample.response_text)
+    prefix = encode(tokenizer, "<answer>")
+    start = len(sample.response_ids) - len(encode(tokenizer, " Lima </answer>")) - len(prefix)
+    assert sample.response_ids[start : start + len(prefix)] == prefix
+    assert sample.response_mask[start : start + len(prefix)] == [0] * len(prefix)
+    assert sample.response_mask[start + len(prefix) :] == [1] * (len(sample.response_ids) - start - len(prefix))
+
+
+def test_the_final_turn_prefix_waits_for_the_last_search_allowed_and_follows_an_invalid_turn_too(smollm2):
+    model, tokenizer = smollm2
+    engine = ScriptedEngine(
+        model,
+        tokenizer,
+        EchoRetriever(),
+        settings(max_turns=2, final_turn_prefix="<answer>"),
+        device=CPU,
+        scripts={
+            0: encode(tokenizer, "<search> Peru </search>")
+            + encode(tokenizer, "no tags here")
+            + [tokenizer.eos_token_id]
+            + encode(tokenizer, " Lima </answer>")
+        },
+    )
+    (sample,) = engine.generate([(SEED_INSTRUCTION, PERU)], greedy=True)
+    assert (sample.tool_calls, sample.answer, sample.turns) == (1, "Lima", 3)
+    assert sample.response_text.count("<answer>") == 1
+    assert sample.response_text.endswith(f"{INVALID_ACTION_NOTE}<answer> Lima </answer>")
+
+
 def test_the_response_prefix_comes_from_the_run_config():
     env = EnvConfig(response_prefix="<think>")
     assert RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8).response_prefix == "<think>"
+    env = EnvConfig(final_turn_prefix="<answer>")
+    opened = RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8)
+    assert opened.final_turn_prefix == "<answer>"
