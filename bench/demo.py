@@ -3,8 +3,9 @@
 Trains the cpu-demo preset three ways — `static` (the Search-R1 baseline: the seed instruction only), `inspo` (online
 co-evolution) and `no-verify` (INSPO without verification: the prune-and-expand ablation) — for each seed, then
 evaluates every final checkpoint with its best instruction I* on the built-in test split (greedy), and the untrained
-model with the seed instruction as the step-0 row. Prints a Table-1-style markdown table and, for each variant, the
-paired bootstrap 95 % interval of its EM gain over the untrained model on the same questions.
+model with the seed instruction as the step-0 row. Prints a Table-1-style markdown table with, for each variant, the
+paired bootstrap 95 % interval of its EM gain over the untrained model on the same questions, then each variant's
+EM difference from static, paired on the questions of the same seed.
 
     .venv/bin/python bench/demo.py [--seeds 1] [--out runs/compare-demo] [--variants static,inspo,no-verify]
                                    [--set key=value ...] [--import-team "Demo team" --import-user demo]
@@ -144,6 +145,23 @@ def _row(name: str, results: list[Result], baseline: Result, *, gain: bool) -> s
     return "| " + " | ".join(cells) + " |"
 
 
+def against_static(results: list[Result]) -> list[str]:
+    """Each variant's EM minus static's, paired on the same questions of the same seed (seeds pooled)."""
+    static = {r.seed: {a["question_id"]: float(a["em"]) for a in r.answers} for r in results if r.variant == "static"}
+    lines = []
+    for variant in VARIANTS:
+        mine = [r for r in results if r.variant == variant and variant != "static" and r.seed in static]
+        pairs = [(float(a["em"]), static[r.seed][a["question_id"]]) for r in mine for a in r.answers]
+        if pairs:
+            diff = paired_bootstrap([p[0] for p in pairs], [p[1] for p in pairs])
+            seeds = ", ".join(str(r.seed) for r in mine)
+            lines.append(
+                f"{variant} − static: {100 * diff.mean:+.1f} EM pts [{100 * diff.low:+.1f}, {100 * diff.high:+.1f}] "
+                f"(paired bootstrap 95 %, {len(pairs)} answers, seeds {seeds})"
+            )
+    return lines
+
+
 def _gain(results: list[Result], baseline: Result) -> str:
     """EM gain over the untrained model on the same questions; seeds are pooled as extra paired items."""
     ours = [float(a["em"]) for r in results for a in r.answers]
@@ -183,6 +201,7 @@ def main() -> int:
     print(f"\ncpu-demo, {args.seeds} seed(s), built-in {SPLIT} split ({len(untrained)} questions), greedy, I* of each "
           f"run\n")  # fmt: skip
     print(table(baseline, results))
+    print("", *against_static(results), sep="\n")
     if args.import_team:
         dirs = [str(args.out / f"{v}-s{s}") for s in range(args.seeds) for v in variants]
         run([PYTHON, "manage.py", "import_run", "--team", args.import_team, "--user", args.import_user, *dirs])

@@ -722,9 +722,17 @@ the passages: README, "The cpu-demo"). Its sentence is text the policy can copy,
 policies answered most test questions with it."""
 
 
+CPU_DEMO_ANSWER_OPENING = "<answer>"
+"""What the environment writes after the cpu-demo's passages, opening the answer turn: the policy writes the answer's
+words and closes the tag. Without it the policy had its own reply to copy between the passages and the answer slot,
+and answered with the opening's sentence (attempt 15); with it the reward's spread is about the answer itself, and
+by step 40 the static baseline answered 13 of 97 single-hop test questions from the passages (attempt 17)."""
+
+
 def _cpu_demo() -> dict[str, Any]:
     """A run that visibly learns the protocol in 30–40 CPU-minutes on two cores: SmolLM2-135M, the format-aware reward
-    weighted towards searching, a reply that opens with a search the policy completes, then the answer turn, short
+    weighted towards searching, a reply that opens with a search the policy completes, then an answer turn the
+    environment opens with '<answer>', short
     turns, a population seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and
     the final evaluation on the built-in test split."""
     return {
@@ -764,6 +772,7 @@ def _cpu_demo() -> dict[str, Any]:
             "format_requires_search": True,
             "f1_score": 0.3,
             "response_prefix": CPU_DEMO_OPENING,
+            "final_turn_prefix": CPU_DEMO_ANSWER_OPENING,
         },
         "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},
         "optimizer": {"provider": "rules"},
