@@ -32,7 +32,14 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from ...config import GRPOConfig
 from ..base import UpdateResult
-from .logits import CausalLMParts, at_least_float32, layer_checkpointing, split_causal_lm, target_logprobs
+from .logits import (
+    CausalLMParts,
+    at_least_float32,
+    head_gradient_into_grad,
+    layer_checkpointing,
+    split_causal_lm,
+    target_logprobs,
+)
 from .prefix import Layout, check_sample, grouped_attention, padded_layout, shared_prefix_layout, takes_packed_mask
 from .samples import TrainSample
 
@@ -645,8 +652,10 @@ class GRPOTrainer:
     @contextlib.contextmanager
     def _loss_passes(self) -> Iterator[None]:
         """The settings that must hold through forward *and* backward, since checkpointed blocks rerun in backward:
-        the grouped attention (shared-prefix path) and layer checkpointing (when on)."""
+        the grouped attention (shared-prefix path) and layer checkpointing (when on); and the head's weight gradient
+        added straight into `.grad` (`accumulate` runs `backward()`)."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(head_gradient_into_grad())
             if self.path == "shared_prefix":
                 stack.enter_context(grouped_attention(self.parts.lm))
             if self.checkpoint_layers:

@@ -34,6 +34,27 @@ pass of a chunk holds a few tensors of that size (the recomputed logits, the sof
 gradient); halving the chunk from 512 rows lowered a 2-step cpu-demo's peak by 33 MB only (README, memory)."""
 
 
+_INTO_GRAD = [False]
+"""Whether `target_logprobs` passes made now add the head's weight gradient straight into `.grad` (see
+`head_gradient_into_grad`)."""
+
+
+@contextmanager
+def head_gradient_into_grad() -> Iterator[None]:
+    """While inside, the passes `target_logprobs` makes through a bias-free linear head whose weight is a leaf add
+    that weight's gradient straight into its `.grad` in backward instead of handing it to autograd, as Megatron-LM's
+    gradient-accumulation fusion does. For a head tied to the input embedding (SmolLM2, Qwen2.5-3B) autograd would
+    otherwise hold the head's gradient, the embedding's and their out-of-place sum at once (3 × 113 MB for
+    SmolLM2) before adding them to `.grad`. Only for callers that run `backward()`: `torch.autograd.grad` would not
+    see that part of the weight's gradient. The choice is made when the pass runs forward."""
+    previous = _INTO_GRAD[0]
+    _INTO_GRAD[0] = True
+    try:
+        yield
+    finally:
+        _INTO_GRAD[0] = previous
+
+
 @dataclass(frozen=True)
 class CausalLMParts:
     """A causal LM split where the loss needs it: the network up to the last hidden state, and the output head."""
@@ -150,7 +171,7 @@ class _LinearHeadLogprobs(torch.autograd.Function):
             entropies.append(normaliser - torch.softmax(logits, dim=-1).mul_(logits).sum(-1))
             normalisers.append(normaliser)
         ctx.save_for_backward(hidden, weight, targets, torch.cat(normalisers))
-        ctx.head, ctx.chunk_rows = head, chunk_rows  # type: ignore[attr-defined]
+        ctx.head, ctx.chunk_rows, ctx.into_grad = head, chunk_rows, _INTO_GRAD[0]  # type: ignore[attr-defined]
         entropy = torch.cat(entropies)
         ctx.mark_non_differentiable(entropy)
         return torch.cat(logprobs), entropy
@@ -163,7 +184,15 @@ class _LinearHeadLogprobs(torch.autograd.Function):
         want_hidden, want_weight = ctx.needs_input_grad[:2]  # type: ignore[attr-defined]
         chunk_rows: int = ctx.chunk_rows  # type: ignore[attr-defined]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros_like(weight) if want_weight else None
+        parameter: torch.Tensor = ctx.head.weight  # type: ignore[attr-defined]
+        into_grad = want_weight and ctx.into_grad and parameter.is_leaf  # type: ignore[attr-defined]
+        grad_weight = None
+        if into_grad:
+            if parameter.grad is None:
+                parameter.grad = torch.zeros_like(parameter)
+            grad_weight = parameter.grad
+        elif want_weight:
+            grad_weight = torch.zeros_like(weight)
         for start in range(0, hidden.shape[0], chunk_rows):
             stop = start + chunk_rows
             rows, wanted, scale = hidden[start:stop], targets[start:stop], grad_logprobs[start:stop]
@@ -176,7 +205,7 @@ class _LinearHeadLogprobs(torch.autograd.Function):
                 torch.mm(grad_logits, weight, out=grad_hidden[start:stop])
             if grad_weight is not None:
                 grad_weight.addmm_(grad_logits.T, rows)
-        return grad_hidden, grad_weight, None, None, None
+        return grad_hidden, None if into_grad else grad_weight, None, None, None
 
 
 class _ForwardEntropy:

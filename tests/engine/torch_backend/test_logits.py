@@ -10,7 +10,12 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from inspo_engine.backends.torch.logits import causal_lm, split_causal_lm, target_logprobs
+from inspo_engine.backends.torch.logits import (
+    causal_lm,
+    head_gradient_into_grad,
+    split_causal_lm,
+    target_logprobs,
+)
 
 VOCAB = 1000
 
@@ -126,6 +131,41 @@ def test_a_tied_head_and_embedding_get_the_gradient_of_both_uses():
     target_logprobs(parts.head, hidden, targets, chunk_rows=5)[0].sum().backward()
     assert parts.head.weight is model.get_input_embeddings().weight
     torch.testing.assert_close(model.get_input_embeddings().weight.grad, want, rtol=1e-5, atol=1e-6)
+
+
+def test_inside_head_gradient_into_grad_backward_adds_the_heads_gradient_into_grad_and_allocates_once(head):
+    """Two passes, as gradient accumulation makes them: the weight's `.grad` is the sum of both, made by the first
+    pass and added into in place by the second, and autograd is handed no gradient of the weight at all."""
+    hidden, targets = _rows(20)
+    weights = torch.randn(20, generator=torch.Generator().manual_seed(2))
+    (_reference(head, hidden, targets)[0] * weights).sum().backward()
+    want = 2 * head.weight.grad
+    head.weight.grad = None
+    made = []
+    with head_gradient_into_grad():
+        for _ in range(2):
+            logprobs, _ = target_logprobs(head, hidden.clone().requires_grad_(True), targets, chunk_rows=6)
+            with _WeightSized() as counter:
+                (logprobs * weights).sum().backward()
+            made.append(counter.made)
+    assert made == [1, 0]
+    torch.testing.assert_close(head.weight.grad, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_tied_head_and_embedding_get_both_gradients_when_the_heads_goes_straight_into_grad():
+    model = _tiny_llama()
+    ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(3))
+    targets = ids[:, 1:].reshape(-1)
+    logits = model(input_ids=ids).logits[:, :-1].reshape(-1, VOCAB)
+    torch.log_softmax(logits, -1).gather(-1, targets[:, None]).sum().backward()
+    want = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    parts = split_causal_lm(model)
+    with head_gradient_into_grad():
+        hidden = parts.decoder(input_ids=ids).last_hidden_state[:, :-1].reshape(-1, 32)
+        target_logprobs(parts.head, hidden, targets, chunk_rows=5)[0].sum().backward()
+    for name, parameter in model.named_parameters():
+        torch.testing.assert_close(parameter.grad, want[name], rtol=1e-5, atol=1e-6)
 
 
 def test_no_rows_give_empty_results_that_still_backpropagate(head):
