@@ -232,9 +232,10 @@ class EnvConfig:
     open the reply with '<think>'). It is part of the response the reward reads, and never trained. Torch backend
     only."""
     final_turn_prefix: str = ""
-    """Text the environment writes after the observation of the last search a rollout may make, opening the final
-    turn, which may only answer (e.g. '<answer>': the model then writes the answer's words and closes the tag). Like
-    response_prefix it is part of the response the reward reads and never trained. Torch backend only."""
+    """Text the environment writes after the observation of the last search a rollout may make (or after the note
+    that follows a turn without action at that point), opening the final turn, which may only answer (e.g.
+    '<answer>': the model then writes the answer's words and closes the tag). Like response_prefix it is part of
+    the response the reward reads and never trained. Torch backend only."""
 
 
 @dataclass
