@@ -522,7 +522,9 @@ class GRPOTrainer:
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         if not self.trainable:
             raise ValueError("the policy has no parameter that requires grad; nothing would train")
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.lr)
+        # fused: one kernel per parameter updates it and both moments in place; the default CPU path made temporaries
+        # the size of each parameter (113 MB for SmolLM2's embedding), where a cpu-demo probe had its peak
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.lr, fused=True)
         self.scheduler = cosine_with_warmup(
             self.optimizer, total_steps=config.total_steps, warmup_ratio=config.warmup_ratio
         )
@@ -606,6 +608,9 @@ class GRPOTrainer:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm))
             if math.isfinite(grad_norm):
                 self.optimizer.step()
+                # the fused kernel writes the weights without bumping their version counters, which tell a rollout
+                # copy of the weights (`rollout.RolloutWeights`) that they changed
+                torch.autograd.graph.increment_version(self.trainable)
             else:
                 skipped += 1  # a non-finite gradient would poison the weights and Adam's moments
             self.optimizer.zero_grad(set_to_none=True)
