@@ -9,9 +9,11 @@ EM difference from static, paired on the questions of the same seed.
 
     .venv/bin/python bench/demo.py [--seeds 1] [--out runs/compare-demo] [--variants static,inspo,no-verify]
                                    [--set key=value ...] [--import-team "Demo team" --import-user demo]
+                                   [--train-only-seed N]
 
 Runs are resumable: a variant whose directory already holds best_instruction.txt is not trained again, and an
-evaluation already written is read back. With --import-team the runs are loaded into the web app
+evaluation already written is read back. To spread seeds over processes, give each `--train-only-seed N` (it trains
+and evaluates that seed's variants, prints nothing), then run once more without it for the table. With --import-team the runs are loaded into the web app
 (`manage.py import_run`), where the compare page shows the same comparison.
 """
 
@@ -178,14 +180,19 @@ def main() -> int:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--import-team", help="load the runs into the web app under this team")
     parser.add_argument("--import-user", default="demo")
+    parser.add_argument("--train-only-seed", type=int, metavar="N", help="train and evaluate seed N only; no table")
     args = parser.parse_args()
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         parser.error(f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}")
 
+    if args.train_only_seed is not None and not 0 <= args.train_only_seed < args.seeds:
+        parser.error(f"--train-only-seed must be one of the --seeds: 0 to {args.seeds - 1}")
+    seeds = range(args.seeds) if args.train_only_seed is None else [args.train_only_seed]
+
     results = []
-    for seed in range(args.seeds):
+    for seed in seeds:
         for variant in variants:
             out = args.out / f"{variant}-s{seed}"
             seconds = train(out, variant, seed, args.overrides)
@@ -195,6 +202,8 @@ def main() -> int:
             # --record: the test split's EM and F1 join the run's events, so an imported run shows them
             answers = evaluate(out / "final", ["--checkpoint", str(checkpoint), "--record"], [])
             results.append(Result(variant, seed, answers, events_of(out), seconds))
+    if args.train_only_seed is not None:
+        return 0
     # after training, so that variants trained by parallel invocations (one --variants each) do not all evaluate it
     untrained = evaluate(args.out / "untrained", ["--untrained", "--preset", "cpu-demo"], args.overrides)
     baseline = Result("untrained", None, untrained, [], 0.0)
