@@ -13,8 +13,9 @@ EM difference from static, paired on the questions of the same seed.
 
 Runs are resumable: a variant whose directory already holds best_instruction.txt is not trained again, and an
 evaluation already written is read back. To spread seeds over processes, give each `--train-only-seed N` (it trains
-and evaluates that seed's variants, prints nothing), then run once more without it for the table. With --import-team the runs are loaded into the web app
-(`manage.py import_run`), where the compare page shows the same comparison.
+and evaluates that seed's variants, prints nothing), then run once more without it for the table. With
+--import-team the runs are loaded into the web app (`manage.py import_run`), where the compare page shows the same
+comparison.
 """
 
 from __future__ import annotations
