@@ -34,7 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from inspo_engine.checkpoints import latest_checkpoint  # noqa: E402
-from inspo_engine.env.rewards import retrieved_gold  # noqa: E402
+from inspo_engine.env.builtin import KINDS  # noqa: E402
+from inspo_engine.env.rewards import answers_with_query, retrieved_gold  # noqa: E402
 from inspo_engine.stats import paired_bootstrap  # noqa: E402
 
 PYTHON = sys.executable
@@ -148,6 +149,28 @@ def _row(name: str, results: list[Result], baseline: Result, *, gain: bool) -> s
     return "| " + " | ".join(cells) + " |"
 
 
+def answers_by_kind(results: list[Result]) -> str:
+    """Per run: correct answers per kind of built-in question, and how many answers repeat the run's own query."""
+    totals = {kind: sum(a["question_id"].split("-")[1] == kind for a in results[0].answers) for kind in KINDS}
+    head = (
+        "| run | " + " | ".join(f"correct {kind} (of {totals[kind]})" for kind in KINDS) + " | answer = own query "
+        "(of which correct) |\n|---|" + "---:|" * (len(KINDS) + 1)
+    )
+    rows = []
+    for r in results:
+        correct = {kind: 0 for kind in KINDS}
+        echoes = echoes_right = 0
+        for a in r.answers:
+            correct[a["question_id"].split("-")[1]] += int(float(a["em"]) == 1.0)
+            if answers_with_query(a["response"]):
+                echoes += 1
+                echoes_right += int(float(a["em"]) == 1.0)
+        name = r.variant if r.seed is None else f"{r.variant} s{r.seed}"
+        cells = [name, *(str(correct[kind]) for kind in KINDS), f"{echoes} ({echoes_right})"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join([head, *rows])
+
+
 def against_static(results: list[Result]) -> list[str]:
     """Each variant's EM minus static's, paired on the same questions of the same seed (seeds pooled)."""
     static = {r.seed: {a["question_id"]: float(a["em"]) for a in r.answers} for r in results if r.variant == "static"}
@@ -212,6 +235,8 @@ def main() -> int:
           f"run\n")  # fmt: skip
     print(table(baseline, results))
     print("", *against_static(results), sep="\n")
+    print("\nThe answers, per run:\n")
+    print(answers_by_kind([baseline, *results]))
     if args.import_team:
         dirs = [str(args.out / f"{v}-s{s}") for s in range(args.seeds) for v in variants]
         run([PYTHON, "manage.py", "import_run", "--team", args.import_team, "--user", args.import_user, *dirs])

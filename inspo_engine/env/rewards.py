@@ -166,6 +166,26 @@ def retrieved_gold(response: str, golden_answers: Sequence[str]) -> bool:
     return any(f" {normalize_answer(gold)} " in f" {seen} " for gold in golden_answers if normalize_answer(gold))
 
 
+_SEARCH = re.compile(r"<search>(.*?)</search>", re.S)
+
+
+def answers_with_query(response: str) -> bool:
+    """Whether the final answer is, once normalised, one of the response's own search queries: the echo a small
+    policy falls into, right only where the query happens to name the answer.
+
+    >>> answers_with_query("<search> Benin </search><information>d</information><answer>benin</answer>")
+    True
+    >>> answers_with_query("<search> capital of Peru </search><information>d</information><answer>Lima</answer>")
+    False
+    >>> answers_with_query("<answer>Lima</answer>")
+    False
+    """
+    answer = extract_answer(response)
+    if answer is None:
+        return False
+    return normalize_answer(answer) in {normalize_answer(query) for query in _SEARCH.findall(response)}
+
+
 def em_format_reward(
     completions: Sequence[str],
     *,

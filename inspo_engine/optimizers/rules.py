@@ -13,6 +13,7 @@ import random
 import re
 from dataclasses import dataclass
 
+from inspo_engine.env.rewards import answers_with_query
 from inspo_engine.optimizers.base import Completion
 
 _PARENT = re.compile(r"<ins_0>\s*(.*?)\s*</ins_0>", re.S)
@@ -81,8 +82,7 @@ def diagnose(response: str) -> list[str]:
         symptoms.append("long answer")
     if searched and answer is not None:
         symptoms.append("wrong after search")
-        queries = {_words(query) for query in re.findall(r"<search>(.*?)</search>", response, re.S)}
-        if _words(answer.group(1)) in queries:
+        if answers_with_query(response):
             symptoms.append("answer repeats query")
     if "<think>" not in response:
         symptoms.append("no reasoning")
@@ -114,10 +114,6 @@ class RuleBasedClient:
         return Completion(
             text=text, model=self.model, input_tokens=len(prompt.split()), output_tokens=len(text.split())
         )
-
-
-def _words(text: str) -> str:
-    return " ".join(text.lower().split())
 
 
 def _parent_of(prompt: str) -> str:
