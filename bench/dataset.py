@@ -62,7 +62,7 @@ def seed(rng: random.Random) -> None:
     """The data set, written with bulk inserts; any earlier bench team is removed first."""
     from django.db import transaction
 
-    from inspo_engine.config import preset
+    from inspo_engine.presets import preset
     from webapp.accounts.models import Team, User
     from webapp.accounts.services import team_create, user_create
     from webapp.runs.models import Run

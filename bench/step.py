@@ -30,8 +30,9 @@ from inspo_engine.backends.torch.backend import TorchBackend
 from inspo_engine.backends.torch.grpo import GRPOTrainer, TrainPath
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.build import build_run, load_inputs, make_retriever
-from inspo_engine.config import RunConfig, preset
+from inspo_engine.config import RunConfig
 from inspo_engine.events import EvolutionCompleted, InstructionProposed, ListSink, StepCompleted
+from inspo_engine.presets import preset
 from inspo_engine.types import RolloutRequest
 
 ROOT = Path(__file__).resolve().parents[1]

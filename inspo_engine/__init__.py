@@ -1,6 +1,7 @@
 """INSPO engine: GRPO training of LLM search agents with a co-evolving instruction population; no web framework."""
 
-from .config import ConfigError, RunConfig, preset
+from .config import ConfigError, RunConfig
+from .presets import preset
 
 __all__ = ["ConfigError", "RunConfig", "preset"]
 __version__ = "0.1.0"

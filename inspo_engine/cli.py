@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, checkpoint_step, latest_checkpoint, read_state
-from .config import PRESETS, ConfigError, RunConfig, field_paths, parse_override, preset
+from .config import ConfigError, RunConfig, field_paths, parse_override
 from .control import TARGETED, ControlRequest, FileControlChannel, Inject, Pin, Retire, Unpin, request_to_dict
 from .environ import api_key_from_env, cache_dir_from_env
 from .events import (
@@ -39,6 +39,7 @@ from .events import (
     StepCompleted,
     read_events,
 )
+from .presets import PRESETS, preset
 
 
 class UsageError(Exception):

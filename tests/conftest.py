@@ -188,7 +188,7 @@ def worker_settings(settings: Any, tmp_path: Any) -> Any:
 def scripted_config(**overrides: Any) -> Any:
     """The smoke preset with a Gemini-format optimizer (the STUB_ENDPOINT of the `gemini_url` fixture): 6 steps,
     evolution after step 2, checkpoints every 2."""
-    from inspo_engine.config import preset
+    from inspo_engine.presets import preset
 
     return preset("smoke").with_overrides(
         {

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import factory
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from webapp.accounts.models import Membership, Team, User
 from webapp.runs.models import (
     Checkpoint,

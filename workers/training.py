@@ -22,10 +22,10 @@ from webapp.runs.configs import config_confine
 from webapp.runs.endpoints import RunAccess, run_access
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
+from webapp.runs.recorder import DatabaseSink
 
 from .control import ControlRelay, DatabaseControl
 from .liveness import Watchdog, shutdown_requested_at
-from .sink import DatabaseSink
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.factories import InstructionFactory, PopulationMemberFactory, PopulationSnapshotFactory, RunFactory
 from webapp.runs.models import ControlRequest, Run
-from workers.sink import DatabaseSink
+from webapp.runs.recorder import DatabaseSink
 
 browser = e2e.browser  # the chromium fixture
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from inspo_engine.checkpoints import OPTIMIZER_DIR
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.engine.fakes import ScriptedBackend

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.factories import RunFactory

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from inspo_engine.config import PRESETS, SCHEMA_VERSION, ConfigError, RunConfig, parse_override, preset
+from inspo_engine.config import SCHEMA_VERSION, ConfigError, RunConfig, parse_override
+from inspo_engine.presets import PRESETS, preset
 
 
 def field_names(error: ConfigError) -> set[str]:
@@ -255,7 +256,8 @@ def test_an_instruction_at_the_limit_is_accepted():
 def test_the_cpu_demo_seeds_its_population_without_an_answer_to_copy():
     """A small policy copies an example answer into every reply ("Paris" for 122 of 195 test questions): the
     cpu-demo's seed, and the template built on it, show none, and ask for the answer as the passages write it."""
-    from inspo_engine.config import CPU_DEMO_SEED, SEED_INSTRUCTION, preset
+    from inspo_engine.config import SEED_INSTRUCTION
+    from inspo_engine.presets import CPU_DEMO_SEED, preset
 
     population = preset("cpu-demo").population
     assert population.seed_instruction == CPU_DEMO_SEED != SEED_INSTRUCTION

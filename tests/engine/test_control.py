@@ -11,7 +11,7 @@ import pytest
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.cli import main
 from inspo_engine.coevolution import CoEvolution
-from inspo_engine.config import RunConfig, preset
+from inspo_engine.config import RunConfig
 from inspo_engine.control import (
     REQUESTS_FILE,
     ControlRequest,
@@ -35,6 +35,7 @@ from inspo_engine.events import (
 )
 from inspo_engine.optimizers import GeminiClient, optimizer_for
 from inspo_engine.population import Population
+from inspo_engine.presets import preset
 
 from .fakes import ScriptedBackend, gemini_handler, questions
 

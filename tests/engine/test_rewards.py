@@ -122,7 +122,7 @@ def test_em_format_is_bounded_and_a_correct_answer_always_beats_a_wrong_one(resp
 
 
 def test_the_paper_preset_keeps_pure_exact_match_and_the_cpu_demo_uses_em_format():
-    from inspo_engine.config import preset
+    from inspo_engine.presets import preset
 
     assert RunConfig().env.reward == "em" and preset("paper").env.reward == "em"
     assert preset("cpu-demo").env.reward == "em_format"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from inspo_engine.config import preset
 from inspo_engine.events import CheckpointSaved, RunFinished, StepCompleted, read_events
+from inspo_engine.presets import preset
 
 pytestmark = pytest.mark.gpu
 

@@ -57,7 +57,7 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_config(data_dir: Path, **overrides: Any) -> Any:
     """The smoke preset on the tiny model, BM25 retrieval and the optimizer stub: 6 steps, a checkpoint every 2,
     evolutions at steps 2, 4 and 6 (optimizer calls: one at initialisation, then one per evolution)."""
-    from inspo_engine.config import preset
+    from inspo_engine.presets import preset
 
     return preset("smoke").with_overrides(
         {

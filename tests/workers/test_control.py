@@ -143,7 +143,7 @@ def test_a_verl_job_gets_the_requests_through_its_control_file(alice, alice_team
     import sys
     import threading
 
-    from inspo_engine.config import preset
+    from inspo_engine.presets import preset
     from workers import tasks
 
     settings.INSPO_VERL_COMMAND = f"{sys.executable} -m tests.engine.verl.fake_job"

@@ -14,7 +14,7 @@ from tests.conftest import POSTGRES_UP, scripted_config
 from tests.engine.fakes import ScriptedBackend
 from webapp.runs import lifecycle, services
 from webapp.runs.models import Checkpoint, Run, StepMetric
-from workers.sink import DatabaseSink
+from webapp.runs.recorder import DatabaseSink
 from workers.training import StopCheck, run_execute, run_out_dir
 
 if not POSTGRES_UP:

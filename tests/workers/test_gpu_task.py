@@ -18,7 +18,7 @@ from tests.engine.verl._support import require_verl
 
 require_verl()
 
-from inspo_engine.config import preset  # noqa: E402
+from inspo_engine.presets import preset  # noqa: E402
 from tests.conftest import STUB_ENDPOINT  # noqa: E402
 from webapp.core.errors import ServiceError  # noqa: E402
 from webapp.runs import services  # noqa: E402

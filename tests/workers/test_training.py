@@ -128,7 +128,7 @@ def test_a_run_stores_what_the_engine_emits(submit):
 
 
 def test_events_are_written_in_batches_not_one_by_one(submit, monkeypatch):
-    from workers.sink import DatabaseSink
+    from webapp.runs.recorder import DatabaseSink
 
     seen = []
     original = DatabaseSink.flush

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from tests.conftest import declare_endpoint, scripted_config
 from tests.engine.fakes import ScriptedBackend
 from tests.factories import RunFactory

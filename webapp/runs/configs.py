@@ -12,7 +12,8 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import PRESETS, ConfigError, RunConfig, field_value
+from inspo_engine.config import ConfigError, RunConfig, field_value
+from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput

@@ -1,5 +1,5 @@
 """Loads a run directory written by the engine's command line (`python -m inspo_engine train --out DIR`) into a
-team as a run like any other: its config, its events replayed through the workers' database sink, its checkpoints
+team as a run like any other: its config, its events replayed through the run recorder, its checkpoints
 under the run's own directory. It knows the command line's file layout; it trains and enqueues nothing.
 """
 
@@ -23,7 +23,7 @@ from inspo_engine.config import ConfigError, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import ServiceError
-from workers.sink import DatabaseSink
+from webapp.runs.recorder import DatabaseSink
 
 from .configs import config_total_steps
 from .lifecycle import checkpoints_refresh, run_discard_after

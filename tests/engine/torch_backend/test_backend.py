@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from inspo_engine.backends.torch.backend import TorchBackend
-from inspo_engine.config import preset
 from inspo_engine.env.builtin import builtin_dataset
+from inspo_engine.presets import preset
 from inspo_engine.types import RolloutRequest
 
 from .conftest import CACHE_DIR, EchoRetriever

@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings
-from inspo_engine.config import preset
 from inspo_engine.env.builtin import builtin_dataset, question_kind
 from inspo_engine.env.retrievers import DenseRetriever
 from inspo_engine.env.rewards import is_valid_format, retrieved_gold
+from inspo_engine.presets import preset
 
 CPU = torch.device("cpu")
 

@@ -19,8 +19,8 @@ from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from inspo_engine.backends.verl.agent_loop import AGENT_NAME, SearchR1AgentLoop  # noqa: E402
 from inspo_engine.backends.verl.config import compose  # noqa: E402
 from inspo_engine.backends.verl.overrides import verl_overrides  # noqa: E402
-from inspo_engine.config import preset  # noqa: E402
 from inspo_engine.env.protocol import INVALID_ACTION_NOTE  # noqa: E402
+from inspo_engine.presets import preset  # noqa: E402
 from tests.engine.verl.fakes import TinyModelServer  # noqa: E402
 
 INSTRUCTION = "Use the search tags to look things up, then answer inside the answer tags."

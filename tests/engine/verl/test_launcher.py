@@ -10,8 +10,8 @@ import pytest
 
 from inspo_engine.backends.verl.launcher import job_environment, prepare, resume_overrides
 from inspo_engine.backends.verl.overrides import quote
-from inspo_engine.config import preset
 from inspo_engine.environ import API_KEY_VARIABLE
+from inspo_engine.presets import preset
 
 WORKER_ENVIRONMENT = {
     "PATH": "/usr/bin",

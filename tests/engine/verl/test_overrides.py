@@ -14,7 +14,7 @@ from hydra.errors import ConfigCompositionException  # noqa: E402
 from inspo_engine.backends.verl.config import compose  # noqa: E402
 from inspo_engine.backends.verl.overrides import MODEL_SIZES, RunPaths, verl_overrides  # noqa: E402
 from inspo_engine.cli import main  # noqa: E402
-from inspo_engine.config import preset  # noqa: E402
+from inspo_engine.presets import preset  # noqa: E402
 
 PATHS = RunPaths("/d/train.parquet", "/d/val.parquet", "/r/verl", "/r", "/r/config.json", "http://127.0.0.1:8000")
 

@@ -24,7 +24,7 @@ from inspo_engine.backends.verl.loop import INSTRUCTION_ID, UnsupportedMode, Ver
 from inspo_engine.backends.verl.main import checkpoint_state  # noqa: E402
 from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
 from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, VerlPolicy  # noqa: E402
-from inspo_engine.config import RunConfig, preset  # noqa: E402
+from inspo_engine.config import RunConfig  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.events import (  # noqa: E402
     CheckpointSaved,
@@ -39,6 +39,7 @@ from inspo_engine.events import (  # noqa: E402
     StepCompleted,
 )
 from inspo_engine.optimizers import optimizer_for  # noqa: E402
+from inspo_engine.presets import preset  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
 G = 2

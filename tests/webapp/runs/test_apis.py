@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from tests.factories import CheckpointFactory, MembershipFactory, RunFactory
 from webapp.runs.models import Run
 

@@ -27,7 +27,7 @@ from inspo_engine.events import CheckpointSaved
 from tests.factories import CheckpointFactory, RunFactory
 from webapp.runs.archives import archive_digest, archive_files
 from webapp.runs.models import Checkpoint
-from workers.sink import DatabaseSink
+from webapp.runs.recorder import DatabaseSink
 
 pytestmark = pytest.mark.django_db
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from webapp.core.errors import InvalidInput
 from webapp.runs import services
 from webapp.runs.configs import config_confine, team_data_dir

@@ -20,9 +20,10 @@ from django.test import Client
 
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.coevolution import CoEvolution
-from inspo_engine.config import RunConfig, preset
+from inspo_engine.config import RunConfig
 from inspo_engine.events import EvalCompleted, JsonlSink, read_events
 from inspo_engine.optimizers.rules import RuleBasedClient
+from inspo_engine.presets import preset
 from tests.engine.fakes import ScriptedBackend, questions
 from webapp.runs.imports import NO_END_EVENT, ImportRefused, run_import
 from webapp.runs.models import Checkpoint, Evaluation, Instruction, PopulationSnapshot, Run, StepMetric, Trajectory

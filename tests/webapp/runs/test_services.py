@@ -7,7 +7,7 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
-from inspo_engine.config import preset
+from inspo_engine.presets import preset
 from tests.factories import CheckpointFactory, RunFactory
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 from webapp.runs import services
