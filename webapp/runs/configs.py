@@ -21,6 +21,8 @@ from webapp.core.errors import InvalidInput
 from .endpoints import config_access_check
 
 PRESET_NAMES = tuple(PRESETS)
+MAX_SEED = 2**63 - 1
+"""The largest seed the database stores (a signed 64-bit column)."""
 
 
 def config_errors(error: ConfigError) -> InvalidInput:
@@ -60,12 +62,20 @@ def config_total_steps(config: RunConfig) -> int:
 
 
 def config_validate(data: Mapping[str, Any], *, team: Team) -> RunConfig:
-    """The engine's validation, plus the platform's rules: file paths inside the team's data (rewritten to the
-    resolved path), and what the run may reach (see `endpoints`)."""
+    """The engine's validation, plus the platform's rules (see `config_admit`)."""
     try:
         config = RunConfig.from_dict(copy.deepcopy(dict(data)))
     except ConfigError as error:
         raise config_errors(error) from error
+    return config_admit(config, team=team)
+
+
+def config_admit(config: RunConfig, *, team: Team) -> RunConfig:
+    """The platform's rules for an engine-valid config that becomes a run of `team`, the same for a submission and
+    an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path), and
+    what the run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise."""
+    if config.seed > MAX_SEED:
+        raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
     return config_access_check(config_confine(config, team=team), team=team)
 
 

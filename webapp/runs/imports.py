@@ -22,14 +22,13 @@ from inspo_engine.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR
 from inspo_engine.config import ConfigError, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
-from webapp.core.errors import ServiceError
+from webapp.core.errors import InvalidInput, ServiceError
 from webapp.runs.recorder import DatabaseSink
 
-from .configs import config_total_steps
+from .configs import config_admit, config_total_steps
 from .lifecycle import checkpoints_refresh, run_discard_after
 from .models import Run
 from .selectors import run_directory
-from .services import MAX_SEED
 
 CONFIG_FILE = "config.json"
 EVENTS_FILE = "events.jsonl"
@@ -66,7 +65,7 @@ def run_import(*, team: Team, user: User, directory: Path, name: str | None = No
     event, and its checkpoints copied (hard-linked where the filesystem allows) under `run_directory`. One
     transaction: a refused directory (ImportRefused) or a failure leaves no row and no file behind."""
     require_role(user, team, Role.MEMBER)
-    source = run_source_read(Path(directory))
+    source = run_source_read(Path(directory), team=team)
     run_name = (Path(os.path.abspath(directory)).name if name is None else name).strip()
     if not run_name:
         raise ImportRefused("give the run a name")
@@ -84,13 +83,14 @@ def run_import(*, team: Team, user: User, directory: Path, name: str | None = No
     return run
 
 
-def run_source_read(directory: Path) -> RunSource:
-    """Check a run directory without writing anything: config.json must be a valid engine config and
+def run_source_read(directory: Path, *, team: Team) -> RunSource:
+    """Check a run directory without writing anything: config.json must be a valid engine config that `team` could
+    submit (its paths in the team's data, its URLs and optimizer endpoint allowed: `configs.config_admit`) and
     events.jsonl engine events; links must stay inside the directory. ImportRefused says what is wrong."""
     if not directory.is_dir():
         raise ImportRefused(f"{directory} is not a directory")
     root = directory.resolve()
-    config = _config_read(root, directory)
+    config = _config_read(root, directory, team)
     events_path = root / EVENTS_FILE
     if not events_path.exists():
         raise ImportRefused(f"{directory} has no {EVENTS_FILE}: not a run directory of `python -m inspo_engine train`")
@@ -118,7 +118,8 @@ def _inside(root: Path, path: Path) -> Path:
     return real
 
 
-def _config_read(root: Path, directory: Path) -> RunConfig:
+def _config_read(root: Path, directory: Path, team: Team) -> RunConfig:
+    """The config as a submission by `team` would store it (paths resolved, the optimizer endpoint named)."""
     path = root / CONFIG_FILE
     if not path.exists():
         raise ImportRefused(f"{directory} has no {CONFIG_FILE}: not a run directory of `python -m inspo_engine train`")
@@ -128,9 +129,11 @@ def _config_read(root: Path, directory: Path) -> RunConfig:
         raise ImportRefused(f"{directory / CONFIG_FILE} is not a valid run config: {error}") from error
     except UnicodeDecodeError as error:
         raise ImportRefused(f"{directory / CONFIG_FILE} is not UTF-8 text: {error}") from error
-    if config.seed > MAX_SEED:
-        raise ImportRefused(f"{directory / CONFIG_FILE}: seed must be ≤ {MAX_SEED}")
-    return config
+    try:
+        return config_admit(config, team=team)
+    except InvalidInput as error:
+        refused = f"{directory / CONFIG_FILE} is refused, as a submission would be: {error.message}"
+        raise ImportRefused(refused) from error
 
 
 def _events_read(path: Path) -> list[Line]:

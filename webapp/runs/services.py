@@ -22,7 +22,6 @@ from . import selectors, tasks
 from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, PopulationAlarm, Run, RunNote, RunTag
 
-MAX_SEED = 2**63 - 1
 MAX_TAGS = 20
 
 
@@ -64,8 +63,6 @@ def run_submit(
     """Validate the config with the engine, store a queued run, and enqueue its training once committed."""
     require_role(user, team, Role.MEMBER)
     validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config, team=team)
-    if validated.seed > MAX_SEED:
-        raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
     name = name.strip()
     if not name:
         raise InvalidInput({"name": ["give the run a name"]})

@@ -25,6 +25,7 @@ from inspo_engine.events import EvalCompleted, JsonlSink, read_events
 from inspo_engine.optimizers.rules import RuleBasedClient
 from inspo_engine.presets import preset
 from tests.engine.fakes import ScriptedBackend, questions
+from webapp.runs.configs import team_data_dir
 from webapp.runs.imports import NO_END_EVENT, ImportRefused, run_import
 from webapp.runs.models import Checkpoint, Evaluation, Instruction, PopulationSnapshot, Run, StepMetric, Trajectory
 from webapp.runs.selectors import run_directory
@@ -337,6 +338,65 @@ def test_an_invalid_config_is_refused(alice, alice_team, copy_of, runs_dir, conf
         run_import(team=alice_team, user=alice, directory=directory)
     assert isinstance(refused.value, ValueError) and message in str(refused.value)
     assert_nothing_written(runs_dir)
+
+
+def rewrite_config(directory, changes):
+    """config.json with `changes` ({"section": {"field": value}}) written over it, as a hostile directory would."""
+    data = json.loads((directory / "config.json").read_text())
+    for section, fields in changes.items():
+        data[section].update(fields)
+    (directory / "config.json").write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        ({"env": {"dataset": "/etc/passwd"}}, "env.dataset", "must lie in your team's data directory"),
+        (
+            {"env": {"retriever": "remote", "retriever_url": "http://169.254.169.254/retrieve"}},
+            "env.retriever_url",
+            "INSPO_ALLOWED_URL_HOSTS",
+        ),
+        (
+            {"optimizer": {"provider": "gemini", "endpoint": "undeclared"}},
+            "optimizer.endpoint",
+            "name an optimizer endpoint of this server",
+        ),
+        ({"optimizer": {"provider": "openai", "base_url": "https://api.example.com/v1"}}, "optimizer.base_url", ""),
+    ],
+)
+def test_a_config_a_submission_would_refuse_is_refused_naming_its_field(
+    alice, alice_team, copy_of, runs_dir, changes, field, message
+):
+    directory = copy_of("inspo")
+    rewrite_config(directory, changes)
+    with pytest.raises(ImportRefused, match="as a submission would be") as refused:
+        run_import(team=alice_team, user=alice, directory=directory)
+    assert f"{field}: " in str(refused.value) and message in str(refused.value)
+    assert_nothing_written(runs_dir)
+
+
+def test_the_command_loads_nothing_when_a_config_names_a_file_outside_the_teams_data(
+    alice, alice_team, cli_runs, copy_of, runs_dir
+):
+    hostile = copy_of("static")
+    rewrite_config(hostile, {"env": {"corpus": "/etc/shadow"}})
+    with pytest.raises(CommandError, match=r"env\.corpus: '/etc/shadow'"):
+        call_command("import_run", str(cli_runs["inspo"]), str(hostile), "--team", "alices", "--user", "alice")
+    assert_nothing_written(runs_dir)
+
+
+def test_an_imported_config_is_stored_as_a_submission_stores_it(
+    alice, alice_team, copy_of, runs_dir, settings, tmp_path
+):
+    settings.INSPO_DATA_DIR = tmp_path / "data"
+    directory = copy_of("inspo")
+    rewrite_config(directory, {"env": {"corpus": "wiki/corpus.jsonl"}, "eval": {"benchmarks": ["builtin", "nq"]}})
+    run = run_import(team=alice_team, user=alice, directory=directory)
+    root = team_data_dir(alice_team).resolve()
+    assert run.config["env"]["corpus"] == str(root / "wiki" / "corpus.jsonl")
+    assert run.config["eval"]["benchmarks"] == ["builtin", str(root / "nq")]
+    assert run.status == Run.Status.FINISHED and StepMetric.objects.filter(run=run).count() == STEPS
 
 
 def test_a_link_leading_out_of_the_directory_is_refused(alice, alice_team, copy_of, tmp_path, runs_dir):

@@ -43,7 +43,7 @@ class Command(BaseCommand):
         runs: list[Run] = []
         try:
             for directory in directories:  # every directory is checked before any is loaded
-                run_source_read(directory)
+                run_source_read(directory, team=team)
             for directory, name in zip(directories, names, strict=True):
                 runs.append(run_import(team=team, user=user, directory=directory, name=name))
                 self._show(runs[-1])
