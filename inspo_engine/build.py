@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .backends.base import PolicyBackend
 from .coevolution import CoEvolution
-from .config import RunConfig
+from .config import EvalConfig, RunConfig
 from .control import ControlChannel
 from .env.datasets import load_corpus, load_questions
 from .env.protocol import Passage, Retriever
@@ -32,13 +32,25 @@ class RunInputs:
 
 
 def load_inputs(config: RunConfig) -> RunInputs:
-    """Training questions, evaluation benchmarks (test split, or the file itself) and the passage corpus."""
-    env, evaluation = config.env, config.eval
+    """Training questions, evaluation benchmarks (see `eval_questions`) and the passage corpus."""
+    env = config.env
     train = load_questions(env.dataset, "train")
-    limit = evaluation.eval_samples or None
-    eval_sets = {name: load_questions(name, "test", limit=limit) for name in evaluation.benchmarks}
+    eval_sets = {name: eval_questions(config.eval, name) for name in config.eval.benchmarks}
     corpus = None if env.retriever == "remote" else load_corpus(env.corpus)
     return RunInputs(train=train, eval_sets=eval_sets, corpus=corpus)
+
+
+def eval_questions(evaluation: EvalConfig, benchmark: str) -> list[Question]:
+    """The questions a run is evaluated on: the benchmark's `split` (a FlashRAG file is its own), then its first
+    `eval_samples` (0 = all), or with a `sample_seed` that many drawn by the seed, so every run of an experiment
+    answers the same ones."""
+    limit = evaluation.eval_samples or None
+    if evaluation.sample_seed is None:
+        return load_questions(benchmark, evaluation.split, limit=limit)
+    from .evaluate import sample_questions  # evaluate builds retrievers with this module
+
+    questions = load_questions(benchmark, evaluation.split)
+    return sample_questions(questions, limit or len(questions), seed=evaluation.sample_seed)
 
 
 def make_retriever(

@@ -11,7 +11,9 @@ reached.
 
 from __future__ import annotations
 
+import json
 import random
+import re
 import statistics
 import time
 from collections import defaultdict
@@ -56,7 +58,7 @@ from .schedule import Phase, needs_optimizer, phases_for
 from .types import Question, RolloutRequest, Trajectory
 
 STATE_SCHEMA_VERSION = 1
-__all__ = ["CoEvolution", "RunResult"]
+__all__ = ["CoEvolution", "RunResult", "evaluation_file", "read_answers", "write_answers"]
 
 
 @dataclass
@@ -120,6 +122,7 @@ class CoEvolution:
             n_parents=pop.n_parents,
             temperature=pop.temperature,
             weight_window=pop.weight_window,
+            weighted=config.mode != "random-pool",
         )
         self.replay = ReplayBuffer(config.evolution.replay_capacity)
         self.sample_rng = random.Random(config.seed)
@@ -321,14 +324,25 @@ class CoEvolution:
         self.population.record_step(step, by_instruction)
 
     def _evaluate(self, step: int) -> None:
+        """I* answers every evaluation set: the mean EM and F1 and every question's result go out as EvalCompleted,
+        and into the run directory's `evaluations/` (see `evaluation_file`)."""
         best = self.population.best()
         for name, questions in self.eval_sets.items():
             self._stage(step, "evaluate")
-            rewards = self.backend.evaluate(best.text, questions)
-            value = statistics.fmean(rewards) if rewards else 0.0
+            results = self.backend.evaluate(best.text, questions)
+            answers = [result.to_dict() for result in results]
+            if self.out_dir is not None:
+                write_answers(evaluation_file(self.out_dir, step, name), answers)
             self.sink.emit(
                 EvalCompleted(
-                    step=step, benchmark=name, metric="em", value=value, n=len(rewards), instruction_id=best.id
+                    step=step,
+                    benchmark=name,
+                    metric="em",
+                    value=statistics.fmean(r.em for r in results) if results else 0.0,
+                    n=len(results),
+                    instruction_id=best.id,
+                    f1=statistics.fmean(r.f1 for r in results) if results else 0.0,
+                    answers=answers,
                 )
             )
 
@@ -440,6 +454,35 @@ class CoEvolution:
     def load_checkpoint(self, directory: Path) -> None:
         self.load_state(read_state(directory))
         self.backend.load(directory)
+
+
+EVALUATIONS_DIR = "evaluations"
+
+
+def evaluation_file(out_dir: Path, step: int, benchmark: str) -> Path:
+    """Where a run keeps one evaluation's per-question results: `evaluations/step-NNNNNN-<benchmark>.jsonl`, the
+    benchmark's name made safe for a file name (a FlashRAG path keeps its parts, joined by '_').
+
+    >>> evaluation_file(Path("run"), 40, "builtin").as_posix()
+    'run/evaluations/step-000040-builtin.jsonl'
+    >>> evaluation_file(Path("run"), 7, "/data/nq/test.jsonl").name
+    'step-000007-data_nq_test.jsonl.jsonl'
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", benchmark).strip("._")[-100:] or "benchmark"
+    return out_dir / EVALUATIONS_DIR / f"step-{step:06d}-{safe}.jsonl"
+
+
+def write_answers(path: Path, answers: Sequence[Mapping[str, Any]]) -> None:
+    """One JSON object per question, written whole (a temporary file renamed over the target)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers), encoding="utf-8")
+    partial.replace(path)
+
+
+def read_answers(path: Path) -> list[dict[str, Any]]:
+    """What `write_answers` wrote."""
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def protocol_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -22,7 +22,7 @@ SEED_INSTRUCTION = (
 
 PAPER_BENCHMARKS = ("nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle")
 
-Mode = Literal["online", "static", "pre", "post"]
+Mode = Literal["online", "static", "pre", "post", "random-pool"]
 Reward = Literal["em", "em_format"]
 Placement = Literal["user", "system"]
 Proposer = Literal["reflection", "paraphrase", "history"]
@@ -309,6 +309,11 @@ class EvalConfig:
     """Benchmark names (FlashRAG names or 'builtin')."""
     eval_samples: int = bounded(0, 0, 1_000_000)
     """Questions per benchmark (0 = all)."""
+    split: str = "test"
+    """The benchmarks' split evaluated (a FlashRAG file is its own split)."""
+    sample_seed: int | None = bounded(None, 0, None)
+    """Which eval_samples questions: None = the first ones; a seed = that many drawn by it (the same benchmark, size
+    and seed give the same questions, so runs compare question by question)."""
 
 
 @dataclass
@@ -335,7 +340,9 @@ class RunConfig:
     seed: int = bounded(0, 0, None)
     """Seeds every sampler: same seed and config replay the same instruction samples."""
     mode: Mode = "online"
-    """online (INSPO), static (Search-R1 baseline), pre (optimise the instruction before RL), post (after RL)."""
+    """online (INSPO), static (Search-R1 baseline), pre (optimise the instruction before RL), post (after RL),
+    random-pool (INSPO's initial population, drawn once before step 0, sampled uniformly at every step and never
+    pruned, evolved or weighted: instruction diversity without optimisation)."""
     log_trajectories: int = bounded(4, 0, 64)
     """Trajectories per step kept in events for the trajectory viewer."""
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
@@ -410,7 +417,7 @@ class RunConfig:
         runs: every evolve_every-th step up to evolve_until. The paper's numbers give 15, 30, …, 150: ten
         evolutions, which with the initial paraphrases make its 'about 11 optimizer calls'."""
         evo = self.evolution
-        if not evo.enabled or self.mode == "static":
+        if not evo.enabled or self.mode in ("static", "random-pool"):
             return []
         last = min(evo.evolve_until, self.grpo.total_steps if phase_steps is None else phase_steps)
         return list(range(evo.evolve_every, last + 1, evo.evolve_every))
@@ -519,7 +526,7 @@ def _check_bounds(value: Any, path: str = "") -> list[FieldError]:
         where, current = f"{path}.{f.name}" if path else f.name, getattr(value, f.name)
         if dataclasses.is_dataclass(current):
             errors += _check_bounds(current, where)
-        elif (bounds := f.metadata.get(BOUNDS)) is not None and not bounds.admits(current):
+        elif (bounds := f.metadata.get(BOUNDS)) is not None and current is not None and not bounds.admits(current):
             errors.append(FieldError(where, f"{bounds.describe()}, got {current!r}"))
     return errors
 

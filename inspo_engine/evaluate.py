@@ -106,7 +106,13 @@ def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
     """I* of the population saved with a checkpoint."""
     state = read_state(checkpoint_dir)
     pop = config.population
-    population = Population(max_size=64, n_parents=1, temperature=pop.temperature, weight_window=pop.weight_window)
+    population = Population(
+        max_size=64,
+        n_parents=1,
+        temperature=pop.temperature,
+        weight_window=pop.weight_window,
+        weighted=config.mode != "random-pool",
+    )
     population.load_state(state["population"])
     return population.best()
 

@@ -285,6 +285,11 @@ class EvalCompleted(Event):
     n: int
     instruction_id: str
     checkpoint: str | None = None
+    f1: float | None = None
+    """The mean token F1 of the same answers, when the evaluation kept them (metric 'em')."""
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    """Per question, in order: {"question_id", "em", "f1", "answer"}; empty in events written before they were
+    kept, and for evaluations that report only a mean (verl's validation)."""
 
 
 @dataclass(frozen=True)

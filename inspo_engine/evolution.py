@@ -117,7 +117,7 @@ class Evolution:
         return instruction
 
     def retire(self, instruction: Instruction, step: int, reason: str) -> None:
-        weight = instruction.weight(self.population.weight_window)
+        weight = self.population.weight_of(instruction)
         self.population.retire(instruction.id, step=step, reason=reason)
         self.sink.emit(InstructionPruned(step=step, instruction_id=instruction.id, weight=weight, reason=reason))
 
@@ -148,7 +148,7 @@ class Evolution:
         pop = self.config.population
         self._stage(0, "initialise")
         self.add(pop.seed_instruction, origin="seed", step=0, parent_id=None)
-        if self.config.mode in ("online", "pre"):
+        if self.config.mode in ("online", "pre", "random-pool"):
             for text in pop.initial_instructions:
                 self.add(text, origin="manual", step=0, parent_id=None)
             self.fill_with_paraphrases(0)

@@ -75,8 +75,13 @@ def softmax(weights: Sequence[float], temperature: float) -> list[float]:
 class Population:
     """The alive instructions and the archive of every instruction ever born (for lineage)."""
 
-    def __init__(self, *, max_size: int, n_parents: int, temperature: float, weight_window: int) -> None:
+    def __init__(
+        self, *, max_size: int, n_parents: int, temperature: float, weight_window: int, weighted: bool = True
+    ) -> None:
+        """`weighted` False: every weight stays 0 whatever the rewards, so sampling is uniform and the ranking (and
+        I*) is birth order (the random-pool arm); rewards are still recorded for the record."""
         self.max_size = max_size
+        self.weighted = weighted
         self.n_parents = n_parents
         self.temperature = temperature
         self.weight_window = weight_window
@@ -138,18 +143,22 @@ class Population:
 
     # -- weights and sampling ------------------------------------------------------------------------------
 
+    def weight_of(self, instruction: Instruction) -> float:
+        """w_j: the moving average of its recent rewards (see `Instruction.weight`); always 0 when not weighted."""
+        return instruction.weight(self.weight_window) if self.weighted else 0.0
+
     def weights(self) -> dict[str, float]:
-        return {ins.id: ins.weight(self.weight_window) for ins in self.members}
+        return {ins.id: self.weight_of(ins) for ins in self.members}
 
     def probabilities(self) -> dict[str, float]:
         members = self.members
-        probs = softmax([m.weight(self.weight_window) for m in members], self.temperature)
+        probs = softmax([self.weight_of(m) for m in members], self.temperature)
         return {m.id: p for m, p in zip(members, probs, strict=True)}
 
     def sample(self, rng: random.Random, n: int) -> list[Instruction]:
         """Draw one instruction per question, with replacement, by softmax(w / τ)."""
         members = self.members
-        probs = softmax([m.weight(self.weight_window) for m in members], self.temperature)
+        probs = softmax([self.weight_of(m) for m in members], self.temperature)
         return rng.choices(members, weights=probs, k=n)
 
     def record_step(self, step: int, rewards: Mapping[str, Iterable[float]]) -> None:
@@ -175,7 +184,7 @@ class Population:
     def ranked(self) -> list[Instruction]:
         """Alive instructions, best first: by weight, then the older one on ties."""
         order = {ins.id: i for i, ins in enumerate(self.archive.values())}
-        return sorted(self.members, key=lambda m: (-m.weight(self.weight_window), order[m.id]))
+        return sorted(self.members, key=lambda m: (-self.weight_of(m), order[m.id]))
 
     def best(self) -> Instruction:
         """I* = argmax_j w_j."""
@@ -208,7 +217,7 @@ class Population:
         return [
             MemberStats(
                 id=m.id,
-                weight=m.weight(self.weight_window),
+                weight=self.weight_of(m),
                 probability=probs[m.id],
                 samples=self._last_step_samples.get(m.id, 0),
                 mean_reward=self._last_step_rewards.get(m.id),

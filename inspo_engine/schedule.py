@@ -20,11 +20,11 @@ class Phase:
 
 
 def phases_for(config: RunConfig) -> list[Phase]:
-    """The phases a mode runs: online co-evolves; static never evolves; pre/post optimise instructions with a
-    frozen policy for `evolve_until` steps before or after RL."""
+    """The phases a mode runs: online co-evolves; static and random-pool never prune or evolve; pre/post optimise
+    instructions with a frozen policy for `evolve_until` steps before or after RL."""
     train_steps, optimise_steps = config.grpo.total_steps, config.evolution.evolve_until
     evolving = config.evolution.enabled or config.population.prune
-    if config.mode == "static":
+    if config.mode in ("static", "random-pool"):
         return [Phase("train", train_steps, train=True, evolve=False)]
     if config.mode == "pre":
         return [Phase("optimise", optimise_steps, False, True), Phase("train", train_steps, True, False)]
@@ -37,4 +37,6 @@ def needs_optimizer(config: RunConfig) -> bool:
     """Whether the run ever asks the optimizer LLM anything: evolution, or paraphrases to fill the population."""
     if config.mode == "static":
         return False
+    if config.mode == "random-pool":
+        return config.population.paraphrase_init and config.population.population_size > 1
     return config.evolution.enabled or (config.population.paraphrase_init and config.population.population_size > 1)

@@ -3,12 +3,41 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..checkpoints import POLICY_DIR as POLICY_DIR
+from ..env.rewards import exact_match, f1
 from ..types import Question, RolloutRequest, Trajectory
+
+
+@dataclass(frozen=True)
+class QuestionResult:
+    """One evaluated question: its id, the exact match and token F1 of the greedy answer against the gold answers, and
+    the answer itself (None: the reply gave none). Two evaluations on the same questions pair on `question_id`."""
+
+    question_id: str
+    em: float
+    f1: float
+    answer: str | None
+
+    @classmethod
+    def of(cls, question: Question, answer: str | None) -> QuestionResult:
+        """Score `answer` to `question`.
+
+        >>> QuestionResult.of(Question("q1", "Capital of Peru?", ("Lima",)), "lima")
+        QuestionResult(question_id='q1', em=1.0, f1=1.0, answer='lima')
+        """
+        gold = question.golden_answers
+        return cls(question.id, float(exact_match(answer, gold)), float(f1(answer, gold)), answer)
+
+    @classmethod
+    def of_trajectory(cls, trajectory: Trajectory) -> QuestionResult:
+        return cls.of(trajectory.question, trajectory.answer)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -37,9 +66,9 @@ class PolicyBackend(Protocol):
         """Training reward of one greedy rollout (G = 1) per question with the current policy: verification."""
         ...
 
-    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        """Exact match of one greedy rollout per question with the current policy, whatever the training reward:
-        evaluation."""
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[QuestionResult]:
+        """One greedy rollout per question with the current policy, scored by exact match and F1 whatever the
+        training reward, in question order: evaluation."""
         ...
 
     def save(self, directory: Path) -> None:

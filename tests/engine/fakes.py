@@ -14,7 +14,7 @@ from pathlib import Path
 
 from werkzeug import Request, Response
 
-from inspo_engine.backends.base import UpdateResult
+from inspo_engine.backends.base import QuestionResult, UpdateResult
 from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.types import Question, RolloutRequest, Trajectory
 
@@ -79,8 +79,8 @@ class ScriptedBackend:
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
         return [self._trajectory("verify", instruction, q).reward for q in questions]
 
-    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        return self.score(instruction, questions)
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[QuestionResult]:
+        return [QuestionResult.of_trajectory(self._trajectory("eval", instruction, q)) for q in questions]
 
     def save(self, directory: Path) -> None:
         """Into `policy/` of the checkpoint, where a real backend puts its weights."""

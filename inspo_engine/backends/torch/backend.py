@@ -14,9 +14,9 @@ import torch
 from ...checkpoints import OPTIMIZER_DIR
 from ...config import RunConfig
 from ...env.protocol import Retriever
-from ...env.rewards import REWARDS, exact_match
+from ...env.rewards import REWARDS
 from ...types import Question, RolloutRequest, Trajectory
-from ..base import POLICY_DIR, UpdateResult
+from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
 from .grpo import GRPOTrainer, group_advantages
 from .model import load_policy, pick_device, resolve_model
@@ -112,8 +112,8 @@ class TorchBackend:
         """The training reward of one greedy rollout per question (verification's measure)."""
         return [t.reward for t in self.answer(instruction, questions)]
 
-    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        return [exact_match(t.answer, t.question.golden_answers) for t in self.answer(instruction, questions)]
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[QuestionResult]:
+        return [QuestionResult.of_trajectory(t) for t in self.answer(instruction, questions)]
 
     def save(self, directory: Path) -> None:
         """`policy/` is a plain Hugging Face directory (what users download); `training/` holds the optimizer,

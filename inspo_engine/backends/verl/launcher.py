@@ -77,13 +77,13 @@ def write_parquet(records: list[dict[str, Any]], path: Path) -> Path:
 
 def write_data(config: RunConfig, data_dir: Path) -> tuple[Path, Path]:
     """train.parquet from `env.dataset`, val.parquet with every benchmark (`data_source` = its name)."""
+    from ...build import eval_questions
     from ...env.datasets import load_questions
 
     train = write_parquet(rows(load_questions(config.env.dataset, "train"), "train"), data_dir / "train.parquet")
-    limit = config.eval.eval_samples or None
     val: list[dict[str, Any]] = []
     for name in config.eval.benchmarks:
-        val += rows(load_questions(name, "test", limit=limit), name)
+        val += rows(eval_questions(config.eval, name), name)
     return train, write_parquet(val, data_dir / "val.parquet")
 
 

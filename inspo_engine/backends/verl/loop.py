@@ -113,10 +113,10 @@ class VerlLoop:
         should_stop: Callable[[], bool] = lambda: False,
         control: ControlChannel | None = None,
     ) -> None:
-        if config.mode not in ("online", "static"):
+        if config.mode not in ("online", "static", "random-pool"):
             raise UnsupportedMode(
                 f"mode {config.mode!r} optimises instructions with a frozen policy; the verl backend trains at every "
-                "step (use mode online or static, or the torch backend)"
+                "step (use mode online, static or random-pool, or the torch backend)"
             )
         self.coevolution = CoEvolution(
             config,

@@ -27,7 +27,7 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 
-from ...backends.base import UpdateResult
+from ...backends.base import QuestionResult, UpdateResult
 from ...checkpoints import POLICY_DIR
 from ...env.protocol import Placement
 from ...types import Question, RolloutRequest, Trajectory
@@ -93,21 +93,25 @@ class VerlPolicy:
         self.placement: Placement = placement
 
     def score(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        return self._generate(instruction, questions, "inspo_reward")
+        return [float(r) for r in self._generate(instruction, questions).get("inspo_reward", [])]
 
-    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[float]:
-        return self._generate(instruction, questions, "inspo_em")
+    def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[QuestionResult]:
+        answers = self._generate(instruction, questions).get("inspo_answer", [None] * len(questions))
+        return [
+            QuestionResult.of(q, None if a is None else str(a)) for q, a in zip(questions, answers, strict=True)
+        ]
 
-    def _generate(self, instruction: str, questions: Sequence[Question], field: str) -> list[float]:
-        """One greedy rollout per question through the rollout replicas; returns each one's `field`."""
+    def _generate(self, instruction: str, questions: Sequence[Question]) -> Fields:
+        """One greedy rollout per question through the rollout replicas; returns their per-sample fields."""
         if not questions:
-            return []
+            return {}
         batch = score_rows(instruction, questions, self.placement)
         batch.meta_info = {"validate": True, "global_steps": self.step(), "recompute_log_prob": False}
         workers = int(self.trainer.config.actor_rollout_ref.rollout.agent.num_workers)
         padded, pad = pad_dataproto_to_divisor(batch, workers)
         output = unpad_dataproto(self.trainer.async_rollout_manager.generate_sequences(padded), pad_size=pad)
-        return [float(r) for r in output.non_tensor_batch[field]]
+        fields: Fields = output.non_tensor_batch
+        return fields
 
     def save(self, directory: Path) -> None:
         actor = self.verl_dir / f"global_step_{self.step()}" / "actor"

@@ -80,6 +80,12 @@ class FakeRolloutManager:
                 "responses": torch.zeros((len(batch), 1), dtype=torch.long),
                 "inspo_reward": object_array(rewards),
                 "inspo_em": object_array([float(r == 1.0) for r in rewards]),
+                "inspo_answer": object_array(
+                    [
+                        model["ground_truth"]["target"][0] if r == 1.0 else None
+                        for model, r in zip(batch.non_tensor_batch["reward_model"], rewards, strict=True)
+                    ]
+                ),
             }
         )
 
@@ -289,7 +295,9 @@ def test_verification_scores_each_question_greedily_with_the_candidate_as_its_in
     assert len(batch) == 8  # padded to the 4 agent-loop workers, then unpadded
     assert instruction_of(batch.non_tensor_batch["raw_prompt"][0]) == "search search search search"
     assert batch.non_tensor_batch["reward_model"][1]["ground_truth"]["target"] == ["answer 1"]
-    assert h.policy.evaluate("search search search search", questions(5)) == [1.0] * 5
+    results = h.policy.evaluate("search search search search", questions(5))
+    expected = [(f"q{i}", 1.0, 1.0, f"answer {i}") for i in range(5)]
+    assert [(r.question_id, r.em, r.f1, r.answer) for r in results] == expected
 
 
 def test_system_placement_puts_the_instruction_in_the_system_message(tmp_path: Path) -> None:
