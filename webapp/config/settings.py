@@ -183,6 +183,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "webapp.accounts",
     "webapp.runs",
+    "webapp.experiments",
 ]
 
 MIDDLEWARE = [

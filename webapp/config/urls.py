@@ -1,14 +1,15 @@
-"""The site's URL map: pages at /, accounts at /accounts/, the API at /api/v1/, its schema and docs, admin; error
-views that answer JSON under /api/."""
+"""The site's URL map: pages at / (experiments' at /experiments/), accounts at /accounts/, the API at /api/v1/, its
+schema and docs, admin; error views that answer JSON under /api/."""
 
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from webapp.accounts.urls import api_urlpatterns as accounts_api
+from webapp.experiments.urls import api_urlpatterns as experiments_api
 from webapp.runs.urls import api_urlpatterns as runs_api
 
-api_v1 = ([*runs_api, *accounts_api], "api")
+api_v1 = ([*runs_api, *experiments_api, *accounts_api], "api")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -17,6 +18,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     # Swagger UI from the sidecar package's static files; its start script is a file too (no inline script).
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
+    path("experiments/", include("webapp.experiments.urls")),
     path("", include("webapp.runs.urls")),
 ]
 

@@ -23,6 +23,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from inspo_engine.checkpoints import OPTIMIZER_DIR
+from webapp.accounts.models import Team
 
 from . import tasks
 from .heatmaps import heatmap_best_by_step
@@ -170,6 +171,8 @@ def run_settle(attempt: Attempt, *, status: str, error: str = "") -> bool:
             ControlRequest.objects.filter(run_id=attempt.run_id, status=ControlRequest.Status.PENDING).update(
                 status=ControlRequest.Status.REJECTED, outcome="the run finished before a step boundary took it"
             )
+    if settled:
+        _slot_freed(attempt.run_id)
     return settled
 
 
@@ -186,9 +189,12 @@ def _fail(run_id: UUID | str, reason: str, **still: Any) -> int:
         checkpoints_refresh(run_id=run_id)
         latest = checkpoint_latest_step(run_id=run_id)
         hint = f" (resumable from the checkpoint of step {latest})" if latest is not None else ""
-        return Run.objects.filter(pk=run_id, status__in=HELD, **still).update(
+        failed = Run.objects.filter(pk=run_id, status__in=HELD, **still).update(
             status=Run.Status.FAILED, error=(reason + hint)[:10_000], finished_at=timezone.now()
         )
+        if failed:
+            _slot_freed(run_id)
+        return failed
     except Exception:
         log.exception("run %s: could not record the failure %r", run_id, reason)
         return 0
@@ -225,6 +231,49 @@ def worker_restarted(*, worker: str) -> dict[str, int]:
         "evaluations": evaluation_fail_lost(stale_after_s=lost_after_s, worker=worker)
         + heatmap_fail_lost(stale_after_s=lost_after_s, worker=worker),
     }
+
+
+# -- pending runs: an experiment's runs beyond the team's quota wait, and start as slots free ----------------------
+
+
+def runs_start_pending(*, team_id: int) -> int:
+    """Queue the team's pending runs, oldest first, while it has fewer than INSPO_TEAM_MAX_ACTIVE_RUNS queued,
+    running or cancelling (0: no limit), and enqueue each once committed. The team's row is locked as a submission
+    locks it, so two ends racing start no more runs than the quota allows. Returns how many were queued."""
+    most = settings.INSPO_TEAM_MAX_ACTIVE_RUNS
+    started = 0
+    with transaction.atomic():
+        Team.objects.select_for_update().filter(pk=team_id).first()
+        pending = Run.objects.filter(team_id=team_id, status=Run.Status.PENDING).order_by("created_at", "id")
+        if most:
+            free = most - Run.objects.filter(team_id=team_id, status__in=Run.ACTIVE).count()
+            pending = pending[: max(free, 0)]
+        for run in list(pending):
+            now = timezone.now()
+            if Run.objects.filter(pk=run.pk, status=Run.Status.PENDING).update(
+                status=Run.Status.QUEUED, queued_at=now, enqueued_at=None
+            ):
+                run.refresh_from_db()
+                tasks.training_enqueue(run)
+                started += 1
+    return started
+
+
+def _slot_freed(run_id: UUID | str) -> None:
+    """A run of the team stopped being active: start what waits for the slot. A failure here is logged, never
+    raised: the run's own end is already recorded, and the sweep starts what this missed."""
+    try:
+        team_id = Run.objects.values_list("team_id", flat=True).filter(pk=run_id).first()
+        if team_id is not None:
+            runs_start_pending(team_id=team_id)
+    except Exception:
+        log.exception("run %s: could not start the team's pending runs", run_id)
+
+
+def runs_start_all_pending() -> int:
+    """For the sweep: every team's pending runs that fit its quota (see `runs_start_pending`)."""
+    teams = Run.objects.filter(status=Run.Status.PENDING).order_by().values_list("team_id", flat=True).distinct()
+    return sum(runs_start_pending(team_id=team_id) for team_id in list(teams))
 
 
 # -- the sweep ---------------------------------------------------------------------------------------------------
@@ -348,7 +397,7 @@ def evaluation_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime |
 
 def sweep(*, now: datetime | None = None) -> dict[str, int]:
     """Everything the periodic sweep does, with counts: lost runs, stalled runs, lost evaluations (requests and
-    heatmaps), and queued rows sent again."""
+    heatmaps), queued rows sent again, and pending runs started where their team's quota has room."""
     now = now or timezone.now()
     return {
         "runs_lost": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
@@ -356,6 +405,7 @@ def sweep(*, now: datetime | None = None) -> dict[str, int]:
         "evaluations_lost": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now)
         + heatmap_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
         "runs_resent": run_resend_unsent(now=now),
+        "runs_started": runs_start_all_pending(),
         "evaluations_resent": evaluation_resend_unsent(now=now) + heatmap_resend_unsent(now=now),
     }
 

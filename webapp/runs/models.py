@@ -17,6 +17,7 @@ class Run(models.Model):
     """One INSPO training run of a team, with its validated engine config."""
 
     class Status(models.TextChoices):
+        PENDING = "pending"
         QUEUED = "queued"
         RUNNING = "running"
         CANCELLING = "cancelling"
@@ -37,6 +38,10 @@ class Run(models.Model):
     config = models.JSONField(help_text="The full engine RunConfig, validated.")
     seed = models.BigIntegerField(default=0)
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="clones")
+    experiment = models.ForeignKey(
+        "experiments.Experiment", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    arm = models.CharField(max_length=64, blank=True, help_text="The experiment arm this run trains (empty: none).")
 
     created_at = models.DateTimeField(auto_now_add=True)
     queued_at = models.DateTimeField(default=timezone.now, help_text="When it was last submitted or resumed.")
@@ -73,6 +78,7 @@ class Run(models.Model):
             models.Index(fields=["team", "status", "-created_at"], name="run_team_status_created"),
             models.Index(fields=["creator", "-created_at"], name="run_creator_created"),
             models.Index(fields=["status", "heartbeat_at"], name="run_status_heartbeat"),
+            models.Index(fields=["experiment", "arm", "seed"], name="run_experiment_arm_seed"),
         )
 
     def __str__(self) -> str:
@@ -394,6 +400,23 @@ class Evaluation(models.Model):
         indexes = (
             models.Index(fields=["run", "benchmark", "step"], name="evaluation_run_bench_step"),
             models.Index(fields=["benchmark", "metric"], name="evaluation_bench_metric"),
+        )
+
+
+class EvaluationAnswer(models.Model):
+    """One question of an evaluation: its id, exact match, F1 and the answer given. Two evaluations on the same
+    questions pair up by question id."""
+
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="answers")
+    question_id = models.CharField(max_length=200)
+    em = models.FloatField()
+    f1 = models.FloatField()
+    answer = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ("evaluation", "id")
+        constraints = (
+            models.UniqueConstraint(fields=["evaluation", "question_id"], name="one_answer_per_question"),
         )
 
 

@@ -34,6 +34,7 @@ from webapp.runs.models import (
     ControlRequest,
     DiversityRecord,
     Evaluation,
+    EvaluationAnswer,
     EvolutionRound,
     Instruction,
     PopulationAlarm,
@@ -118,6 +119,7 @@ class _Batch:
     snapshots: list[tuple[PopulationSnapshot, list[PopulationMember]]] = field(default_factory=list)
     diversity: list[DiversityRecord] = field(default_factory=list)
     evaluations: list[Evaluation] = field(default_factory=list)
+    answers: list[tuple[Evaluation, list[EvaluationAnswer]]] = field(default_factory=list)
     notes: list[RunNote] = field(default_factory=list)
     run_fields: dict[str, Any] = field(default_factory=dict)
 
@@ -256,6 +258,12 @@ class DatabaseSink:
             PopulationMember.objects.bulk_create(members)
         DiversityRecord.objects.bulk_create(batch.diversity)
         Evaluation.objects.bulk_create(batch.evaluations)
+        answers: list[EvaluationAnswer] = []
+        for evaluation, answered in batch.answers:
+            for answer in answered:
+                answer.evaluation_id = evaluation.pk
+                answers.append(answer)
+        EvaluationAnswer.objects.bulk_create(answers, ignore_conflicts=True)
         RunNote.objects.bulk_create(batch.notes)
         fields = {**batch.run_fields, "heartbeat_at": timezone.now()}
         Run.objects.filter(pk=self.run_id).update(**fields)
@@ -459,18 +467,22 @@ class DatabaseSink:
         checkpoint = None
         if event.checkpoint:
             checkpoint = Checkpoint.objects.filter(run_id=self.run_id, path=event.checkpoint).first()
-        batch.evaluations.append(
-            Evaluation(
-                run_id=self.run_id,
-                step=event.step,
-                benchmark=event.benchmark[:200],
-                metric=event.metric[:32],
-                value=_finite(event.value) or 0.0,
-                n=event.n,
-                instruction_id=self._instruction_pk(event.instruction_id),
-                checkpoint=checkpoint,
-            )
-        )
+        common = {
+            "run_id": self.run_id,
+            "step": event.step,
+            "benchmark": event.benchmark[:200],
+            "n": event.n,
+            "instruction_id": self._instruction_pk(event.instruction_id),
+            "checkpoint": checkpoint,
+        }
+        evaluation = Evaluation(metric=event.metric[:32], value=_finite(event.value) or 0.0, **common)
+        batch.evaluations.append(evaluation)
+        f1 = _finite(event.f1)
+        if f1 is not None and event.metric != "f1":
+            batch.evaluations.append(Evaluation(metric="f1", value=f1, **common))
+        rows = _answer_rows(event.answers)
+        if rows:
+            batch.answers.append((evaluation, rows))
 
     def _on_checkpoint_saved(self, event: ev.CheckpointSaved, batch: _Batch) -> None:
         digests = self.digests.get(event.path)
@@ -500,3 +512,21 @@ class DatabaseSink:
         if event.best_instruction_id in self.instructions:
             fields["best_instruction_id"] = self.instructions[event.best_instruction_id]
         batch.run_fields.update(fields)
+
+
+def _answer_rows(answers: list[Any]) -> list[EvaluationAnswer]:
+    """The per-question results of an evaluation (dicts, or objects with the same fields), one row per question id
+    (a repeated id keeps its first row)."""
+    rows: dict[str, EvaluationAnswer] = {}
+    for answer in answers:
+        item = answer if isinstance(answer, dict) else vars(answer)
+        question_id = _clean(str(item.get("question_id", "")))[:200]
+        if not question_id or question_id in rows:
+            continue
+        rows[question_id] = EvaluationAnswer(
+            question_id=question_id,
+            em=_finite(item.get("em")) or 0.0,
+            f1=_finite(item.get("f1")) or 0.0,
+            answer=_clean(str(item.get("answer") or "")),
+        )
+    return list(rows.values())

@@ -12,7 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Avg, Count, QuerySet
 from django.http import Http404
 
 from inspo_engine.config import PopulationConfig
@@ -540,12 +540,7 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
     each cell the newest value of `metric`; `average` is over the run's benchmarks; `best` lists per column the runs
     with its highest value (see `column_best`), leaving out columns where no run is ahead of another."""
     newest: dict[str, dict[str, float]] = defaultdict(dict)
-    rows = (
-        Evaluation.objects.filter(run__in=runs, metric=metric)
-        .order_by("run_id", "benchmark", "step", "id")
-        .values_list("run_id", "benchmark", "value")
-    )
-    for pk, benchmark, value in rows:
+    for pk, benchmark, value in evaluation_values(runs, metric=metric):
         newest[str(pk)][benchmark] = value
     columns = sorted({benchmark for values in newest.values() for benchmark in values})
     cells: dict[str, dict[str, float]] = {}  # column → run id → value
@@ -560,6 +555,23 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
             cells.setdefault(column, {})[run_id] = score
     best = {column: tied for column, by_run in cells.items() if (tied := column_best(by_run))}
     return {"metric": metric, "columns": columns, "rows": table, "best": best}
+
+
+def evaluation_values(runs: list[Run], *, metric: str) -> list[tuple[Any, str, float]]:
+    """(run id, benchmark, value) of the runs' evaluations in `metric`, oldest first. An evaluation that kept its
+    per-question results counts from those rows: the mean of their `metric` (em or f1) over its questions, so a
+    number in a table is the mean of the answers one can pair."""
+    per_question = metric if metric in BENCHMARK_METRICS else None
+    rows = Evaluation.objects.filter(run__in=runs, metric=metric).order_by("run_id", "benchmark", "step", "id")
+    if per_question is None:
+        return list(rows.values_list("run_id", "benchmark", "value"))
+    annotated = rows.annotate(answered=Count("answers"), answer_mean=Avg(f"answers__{per_question}"))
+    return [
+        (run_id, benchmark, answer_mean if answered else value)
+        for run_id, benchmark, value, answered, answer_mean in annotated.values_list(
+            "run_id", "benchmark", "value", "answered", "answer_mean"
+        )
+    ]
 
 
 def column_best(by_run: dict[str, float]) -> list[str]:

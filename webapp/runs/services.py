@@ -7,7 +7,7 @@ it, and enqueues work only after the transaction commits.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
@@ -20,7 +20,11 @@ from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
 from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
+from .lifecycle import runs_start_pending
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, PopulationAlarm, Run, RunNote, RunTag
+
+if TYPE_CHECKING:
+    from webapp.experiments.models import Experiment
 
 MAX_TAGS = 20
 
@@ -35,19 +39,23 @@ def _clean_tags(tags: Sequence[str]) -> list[str]:
     return cleaned
 
 
-def _active_runs_check(team: Team) -> None:
+def _active_runs_check(team: Team, *, wait: bool = False) -> bool:
     """Inside a transaction: lock the team's row (concurrent submissions queue behind it) and refuse one more
-    active run when the team already has INSPO_TEAM_MAX_ACTIVE_RUNS queued, running or cancelling (0: no limit)."""
+    active run when the team already has INSPO_TEAM_MAX_ACTIVE_RUNS queued, running or cancelling (0: no limit).
+    With `wait`, a full quota is no refusal: True says the run must wait as pending."""
     most = settings.INSPO_TEAM_MAX_ACTIVE_RUNS
     if not most:
-        return
+        return False
     Team.objects.select_for_update().filter(pk=team.pk).first()
     active = Run.objects.filter(team=team, status__in=Run.ACTIVE).count()
+    if active >= most and wait:
+        return True
     if active >= most:
         raise QuotaExceeded(
             f"your team may have {most} runs queued or running at once and has {active}; "
             "wait for one to finish or cancel one"
         )
+    return False
 
 
 def run_submit(
@@ -59,8 +67,12 @@ def run_submit(
     tags: Sequence[str] = (),
     preset: str = "",
     cloned_from: Run | None = None,
+    experiment: Experiment | None = None,
+    arm: str = "",
 ) -> Run:
-    """Validate the config with the engine, store a queued run, and enqueue its training once committed."""
+    """Validate the config with the engine, store a queued run, and enqueue its training once committed. A run of
+    an experiment that finds the team's quota full waits as pending instead of a 429 (see
+    `lifecycle.runs_start_pending`)."""
     require_role(user, team, Role.MEMBER)
     validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config, team=team)
     name = name.strip()
@@ -68,33 +80,41 @@ def run_submit(
         raise InvalidInput({"name": ["give the run a name"]})
     tag_names = _clean_tags(tags)
     with transaction.atomic():
-        _active_runs_check(team)
+        waits = _active_runs_check(team, wait=experiment is not None)
         run = Run.objects.create(
             team=team,
             creator=user,
             name=name[:200],
+            status=Run.Status.PENDING if waits else Run.Status.QUEUED,
             backend=validated.backend.name,
             preset=preset,
             config=validated.to_dict(),
             seed=validated.seed,
             total_steps=config_total_steps(validated),
             cloned_from=cloned_from,
+            experiment=experiment,
+            arm=arm[:64],
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
-        tasks.training_enqueue(run)
+        if not waits:
+            tasks.training_enqueue(run)
     return run
 
 
 def run_cancel(*, run: Run, user: User) -> Run:
-    """Queued runs stop at once; running ones stop after the current step (the worker checks every step)."""
+    """Pending and queued runs stop at once; running ones stop after the current step (the worker checks every
+    step). A queued run that stops frees a slot for the team's pending runs."""
     require_role(user, run.team, Role.MEMBER)
     now = timezone.now()
     runs = Run.objects.filter(pk=run.pk)
-    stopped = runs.filter(status=Run.Status.QUEUED).update(status=Run.Status.CANCELLED, finished_at=now)
+    waiting = (Run.Status.PENDING, Run.Status.QUEUED)
+    stopped = runs.filter(status__in=waiting).update(status=Run.Status.CANCELLED, finished_at=now)
     if not stopped and not runs.filter(status=Run.Status.RUNNING).update(status=Run.Status.CANCELLING):
         status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
         if status not in (Run.Status.CANCELLING, Run.Status.CANCELLED):
-            raise Conflict(f"the run is {status}; only queued or running runs can be cancelled")
+            raise Conflict(f"the run is {status}; only pending, queued or running runs can be cancelled")
+    if stopped:
+        runs_start_pending(team_id=run.team_id)
     run.refresh_from_db()
     return run
 

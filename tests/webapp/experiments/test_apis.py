@@ -1,0 +1,199 @@
+"""The experiments API: a submission becomes ordinary runs carrying experiment, arm and seed; a 400 names the bad
+field; runs beyond the team's quota wait as pending and start as slots free; cancel stops every run; the table
+covers the seeds that finished and names the missing ones; bob's team never sees alice's experiments; viewers
+read only."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import RunFactory
+from tests.webapp.experiments.conftest import finish, spec
+from webapp.experiments.models import Experiment
+from webapp.runs import lifecycle
+from webapp.runs.lifecycle import Attempt, run_claim, run_settle
+from webapp.runs.models import Run
+
+URL = "/api/v1/experiments/"
+
+
+def create(client, **changes):
+    return client.post(URL, {"name": "exp", **spec(**changes)}, format="json")
+
+
+def test_an_experiment_becomes_one_ordinary_run_per_arm_and_seed(alice, alice_team, api, enqueued, committed):
+    with committed(execute=True):
+        response = create(api(alice), seeds=[3, 7])
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["arms"] == {"static": {"mode": "static"}, "inspo": {"mode": "online"}} and body["seeds"] == [3, 7]
+    runs = Run.objects.filter(experiment_id=body["id"])
+    assert sorted((r.arm, r.seed, r.config["seed"], r.config["mode"]) for r in runs) == [
+        ("inspo", 3, 3, "online"),
+        ("inspo", 7, 7, "online"),
+        ("static", 3, 3, "static"),
+        ("static", 7, 7, "static"),
+    ]
+    assert all(r.team == alice_team and r.status == Run.Status.QUEUED for r in runs)
+    assert len(enqueued) == 4
+
+
+def test_a_custom_arm_is_any_set_of_overrides_and_trains_with_them(alice, api):
+    response = create(api(alice), arms={"static": None, "slow": {"grpo.lr": 1e-7}}, seeds=1)
+    assert response.status_code == 201, response.json()
+    slow = Run.objects.get(arm="slow")
+    assert slow.config["grpo"]["lr"] == 1e-7 and slow.config["mode"] == "online"
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"seeds": 0}, "seeds"),
+        ({"seeds": [1, 1]}, "seeds"),
+        ({"arms": ["static", "nonsense"]}, "arms.nonsense"),
+        ({"arms": {"static": None, "mine": {"grpo.lr": -1}}}, "arms.mine.grpo.lr"),
+        ({"overrides": {"grpo.lr": "fast"}}, "overrides.grpo.lr"),
+        ({"overrides": {"seed": 4}}, "overrides.seed"),
+        ({"baseline": "inspo-2"}, "baseline"),
+        ({"evaluation": {"size": "all"}}, "evaluation.size"),
+        ({"overrides": {"env.dataset": "/etc/passwd"}}, "overrides.env.dataset"),
+        ({"arms": {"static": None, "outside": {"env.corpus": "../../elsewhere.jsonl"}}}, "arms.outside.env.corpus"),
+        ({"seeds": 30, "arms": ["static", "inspo"]}, "seeds"),
+    ],
+)
+def test_a_bad_experiment_is_a_400_naming_the_field_and_starts_nothing(alice, api, changes, field):
+    response = create(api(alice), **changes)
+    assert response.status_code == 400, response.json()
+    assert field in response.json(), response.json()
+    assert not Experiment.objects.exists() and not Run.objects.exists()
+
+
+def test_a_body_that_is_not_an_experiment_is_a_400_not_a_crash(alice, api):
+    client = api(alice)
+    for body in ({"name": "x"}, {"name": "x", "preset": "smoke", "arms": "static", "seeds": "two"}, []):
+        response = client.post(URL, body, format="json")
+        assert response.status_code == 400, response.content
+    assert client.post(URL, {"name": "x", **spec(arms=["static\x00"])}, format="json").status_code == 400
+
+
+def test_runs_beyond_the_quota_wait_as_pending_and_start_as_slots_free(
+    alice, alice_team, api, settings, enqueued, committed
+):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 3
+    RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    with committed(execute=True):
+        response = create(api(alice))
+    assert response.status_code == 201, response.json()  # no 429: the runs wait
+    runs = Run.objects.filter(experiment_id=response.json()["id"]).order_by("created_at")
+    assert [r.status for r in runs] == ["queued", "queued", "pending", "pending"]
+    assert [r.seed for r in runs if r.status == "queued"] == [0, 0]  # whole seeds first
+    assert len(enqueued) == 2
+
+    first = run_claim(run_id=runs[0].pk, worker="w")
+    with committed(execute=True):
+        assert first is not None and run_settle(first, status=Run.Status.FINISHED)
+    assert [r.status for r in runs.all()] == ["finished", "queued", "queued", "pending"]
+    assert [args for _, args, _ in enqueued][-1] == [str(runs[2].pk)]
+
+    second = run_claim(run_id=runs[1].pk, worker="w")
+    with committed(execute=True):
+        assert second is not None and second.give_up("out of memory")  # a failure frees its slot too
+    assert [r.status for r in runs.all()] == ["finished", "failed", "queued", "queued"]
+    assert len(enqueued) == 4
+
+
+def test_the_sweep_starts_pending_runs_a_missed_hook_left_waiting(alice, alice_team, settings, enqueued, committed):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 1
+    RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    waiting = RunFactory(team=alice_team, status=Run.Status.PENDING)
+    assert lifecycle.sweep()["runs_started"] == 0
+    Run.objects.filter(status=Run.Status.RUNNING).update(status=Run.Status.FINISHED)  # ended without the hook
+    with committed(execute=True):
+        assert lifecycle.sweep()["runs_started"] == 1
+    waiting.refresh_from_db()
+    assert waiting.status == Run.Status.QUEUED and [args for _, args, _ in enqueued] == [[str(waiting.pk)]]
+
+
+def test_a_single_run_submission_still_gets_a_429_at_the_quota(alice, alice_team, api, settings):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 1
+    RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    response = api(alice).post("/api/v1/runs/", {"name": "one", "preset": "smoke"}, format="json")
+    assert response.status_code == 429
+
+
+def test_cancel_stops_every_run_of_the_experiment_and_starts_no_pending_one(alice, alice_team, api, settings, enqueued):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 2
+    body = create(api(alice)).json()
+    runs = Run.objects.filter(experiment_id=body["id"]).order_by("created_at")
+    attempt = run_claim(run_id=runs[0].pk, worker="w")
+    assert attempt is not None
+    response = api(alice).post(f"{URL}{body['id']}/cancel/")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert [r.status for r in runs.all()] == ["cancelling", "cancelled", "cancelled", "cancelled"]
+    assert run_settle(attempt, status=Run.Status.CANCELLED)
+    detail = api(alice).get(f"{URL}{body['id']}/").json()
+    assert detail["state"] == "cancelled" and detail["counts"] == {"cancelled": 4}
+
+
+def test_the_table_covers_the_seeds_that_finished_and_names_the_missing_ones(alice, api, experiment):
+    runs = {(r.arm, r.seed): r for r in experiment.runs.all()}
+    finish(runs[("static", 0)], correct=2)
+    finish(runs[("inspo", 0)], correct=4)
+    finish(runs[("static", 1)], correct=3)
+    Run.objects.filter(pk=runs[("inspo", 1)].pk).update(status=Run.Status.FAILED, error="out of memory")
+    body = api(alice).get(f"{URL}{experiment.pk}/").json()
+    assert body["state"] == "finished"
+    results = body["results"]
+    assert results["missing"] == [{"arm": "inspo", "seed": 1}] and not results["complete"]
+    arms = {row["arm"]: row for row in results["arms"]}
+    assert arms["static"]["seeds"] == [0, 1] and arms["static"]["mean_em"] == pytest.approx((2 / 8 + 3 / 8) / 2)
+    assert arms["inspo"]["seeds"] == [0] and arms["inspo"]["mean_em"] == pytest.approx(4 / 8)
+    comparison = arms["inspo"]["comparison"]
+    assert comparison["seeds"] == 1 and comparison["mean"] == pytest.approx(2 / 8)  # paired on seed 0 only
+    assert arms["inspo"]["verdict"].startswith("inspo − static")
+    assert arms["static"]["reward_curve"]["steps"] == [1, 2, 3, 4]
+
+
+def test_a_running_experiment_is_running_with_empty_verdicts(alice, api, experiment):
+    body = api(alice).get(f"{URL}{experiment.pk}/").json()
+    assert body["state"] == "running" and body["counts"] == {"queued": 4}
+    assert {row["mean_em"] for row in body["results"]["arms"]} == {None}
+    assert len(body["results"]["missing"]) == 4
+
+
+def test_the_list_shows_the_callers_teams_experiments_only(alice, bob, api, experiment):
+    assert [e["id"] for e in api(alice).get(URL).json()["results"]] == [experiment.pk]
+    assert api(bob).get(URL).json()["results"] == []
+
+
+def test_bob_gets_404_for_alices_experiment_on_every_endpoint(bob, api, experiment):
+    client = api(bob)
+    assert client.get(f"{URL}{experiment.pk}/").status_code == 404
+    assert client.post(f"{URL}{experiment.pk}/cancel/").status_code == 404
+    assert experiment.runs.filter(status=Run.Status.QUEUED).count() == 4
+
+
+def test_bob_cannot_start_an_experiment_in_alices_team(bob, api):
+    response = create(api(bob), team="alices")
+    assert response.status_code == 400 and "team" in response.json()
+    assert not Experiment.objects.exists()
+
+
+def test_a_viewer_reads_but_cannot_start_or_cancel(victor, api, experiment):
+    client = api(victor)
+    assert client.get(f"{URL}{experiment.pk}/").status_code == 200
+    assert create(client).status_code == 403
+    assert client.post(f"{URL}{experiment.pk}/cancel/").status_code == 403
+    assert Experiment.objects.count() == 1 and experiment.runs.filter(status=Run.Status.QUEUED).count() == 4
+
+
+def test_a_member_may_start_and_cancel(mia, api):
+    client = api(mia)
+    body = create(client).json()
+    assert client.post(f"{URL}{body['id']}/cancel/").status_code == 200
+
+
+def test_an_attempt_that_lost_its_run_starts_nothing(alice, alice_team, settings, enqueued, experiment):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 4
+    stale = Attempt(run_id=experiment.runs.first().pk, number=7, worker="gone")
+    assert not run_settle(stale, status=Run.Status.FINISHED)

@@ -1,0 +1,1 @@
+"""Experiments: arms × seeds over one base config, compared on the same questions."""

@@ -1,0 +1,111 @@
+"""REST API for experiments under /api/v1/experiments/: list, create (arms × seeds as ordinary runs), one
+experiment with its table and verdicts, and cancel. Team scoping lives in `selectors.experiment_get` (404 for other
+teams) and roles in services, as for runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from webapp.accounts.permissions import acting_user
+from webapp.core.api import error_responses, query_once
+from webapp.core.text import has_nul
+from webapp.runs.apis import ConfigField, RunPagination, _submission_team
+from webapp.runs.configs import PRESET_NAMES
+
+from . import selectors, services
+from .outputs import ExperimentDetailOutputSerializer, ExperimentOutputSerializer
+
+
+class JsonValueField(serializers.JSONField):
+    """Any JSON value the engine reads itself (arms, seeds); NUL characters refused."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if has_nul(value):
+            raise serializers.ValidationError("NUL characters are not allowed")
+        return value
+
+
+class ExperimentListCreateApi(APIView):
+    pagination_class = RunPagination
+
+    class ExperimentCreateInput(serializers.Serializer[Any]):
+        team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
+        name = serializers.CharField(max_length=200)
+        preset = serializers.ChoiceField(choices=PRESET_NAMES, help_text="The base preset of every arm.")
+        overrides = ConfigField(required=False, help_text='Overrides every arm shares: {"grpo.lr": 1e-6}.')
+        arms = JsonValueField(
+            help_text='Built-in arm names (["static", "inspo", "no-verify", "random-pool"]) or an object of name → '
+            'overrides ({"static": null, "low-lr": {"grpo.lr": 1e-7}}).'
+        )
+        seeds = JsonValueField(help_text="A count (seeds 0 … n−1) or a list of distinct seeds.")
+        evaluation = ConfigField(
+            required=False,
+            help_text='The held-out evaluation: {"benchmark": "builtin", "split": "test", "size": 0, '
+            '"sample_seed": 0}.',
+        )
+        baseline = serializers.CharField(max_length=64, required=False, help_text="The arm compared with (static).")
+
+    @extend_schema(
+        parameters=[RunPagination.Input],
+        responses={200: ExperimentOutputSerializer(many=True), **error_responses(400, 404)},
+        operation_id="experiments_list",
+        description="The experiments of your teams, newest first, a page at a time.",
+    )
+    def get(self, request: Request) -> Response:
+        user = acting_user(request)
+        self.pagination_class.Input(data=query_once(request.query_params)).is_valid(raise_exception=True)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(selectors.experiment_list(user=user), request, view=self)
+        return paginator.get_paginated_response(ExperimentOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=ExperimentCreateInput,
+        responses={201: ExperimentOutputSerializer, **error_responses(400, 403, 413)},
+        operation_id="experiments_create",
+        description="Start an experiment: every arm × seed becomes an ordinary run. The engine validates the "
+        "experiment and each arm's config, and each passes the checks of a run submission; a 400 names each bad "
+        "field by its path (`seeds`, `overrides.grpo.lr`, `arms.<arm>.<field>`). Runs beyond the team's active-run "
+        "quota wait as pending and start as slots free. 403 for a viewer.",
+    )
+    def post(self, request: Request) -> Response:
+        user = acting_user(request)
+        data = self.ExperimentCreateInput(data=request.data)
+        data.is_valid(raise_exception=True)
+        values = dict(data.validated_data)
+        team = _submission_team(user, values.pop("team", None))
+        name = values.pop("name")
+        experiment = services.experiment_submit(team=team, user=user, name=name, spec=values)
+        return Response(ExperimentOutputSerializer(experiment).data, status=201)
+
+
+class ExperimentDetailApi(APIView):
+    @extend_schema(
+        responses={200: ExperimentDetailOutputSerializer, **error_responses(404)},
+        operation_id="experiments_retrieve",
+        description="The experiment, its runs, and the table and verdicts over the seeds that finished (`missing` "
+        "lists the runs without results).",
+    )
+    def get(self, request: Request, experiment_id: int) -> Response:
+        experiment = selectors.experiment_get(user=acting_user(request), experiment_id=experiment_id)
+        return Response(ExperimentDetailOutputSerializer(selectors.experiment_summary(experiment=experiment)).data)
+
+
+class ExperimentCancelApi(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: ExperimentOutputSerializer, **error_responses(403, 404)},
+        operation_id="experiments_cancel",
+        description="Cancel every run of the experiment that has not ended: pending and queued ones at once, running "
+        "ones after their current step.",
+    )
+    def post(self, request: Request, experiment_id: int) -> Response:
+        user = acting_user(request)
+        experiment = selectors.experiment_get(user=user, experiment_id=experiment_id)
+        return Response(ExperimentOutputSerializer(services.experiment_cancel(experiment=experiment, user=user)).data)

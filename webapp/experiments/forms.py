@@ -1,0 +1,94 @@
+"""The New experiment form: a preset, a checkbox per built-in arm, a seed count and shared overrides (JSON); the
+engine validates the rest, and its errors land on the field they name. It also knows the rough cost per run of each
+preset that the form shows before anything is sent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from inspo_engine.experiments import BUILTIN_ARMS
+from webapp.accounts.models import Team
+from webapp.core.errors import InvalidInput
+from webapp.runs.configs import PRESET_NAMES
+from webapp.runs.forms import OverridesField
+
+MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 2.0, "cpu-demo": 25.0, "paper": None}
+"""A rough wall-clock estimate of one run of each preset on the platform's default worker (docs/experiments.md):
+smoke a couple of minutes on two CPU cores, cpu-demo the 22 minutes measured for `make demo` plus its evaluation;
+the paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
+MAX_FORM_SEEDS = 10
+ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
+
+
+def cost_text(preset: str, runs: int) -> str:
+    """The estimate the form shows for `runs` runs of `preset`.
+
+    >>> cost_text("smoke", 4)
+    '4 runs × ~2 min ≈ 8 min of worker time'
+    >>> cost_text("paper", 2)
+    '2 runs of the paper preset: GPU hours each, no estimate'
+    """
+    minutes = MINUTES_PER_RUN.get(preset)
+    if minutes is None:
+        return f"{runs} runs of the {preset} preset: GPU hours each, no estimate"
+    total = runs * minutes
+    spent = f"{total / 60:.1f} h" if total >= 120 else f"{total:.0f} min"
+    return f"{runs} runs × ~{minutes:.0f} min ≈ {spent} of worker time"
+
+
+class ExperimentForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    name = forms.CharField(max_length=200)
+    preset = forms.ChoiceField(choices=[(name, name) for name in PRESET_NAMES], initial="smoke")
+    arms = forms.MultipleChoiceField(
+        choices=ARM_CHOICES,
+        widget=forms.CheckboxSelectMultiple,
+        initial=["static", "inspo"],
+        help_text="Each arm trains every seed.",
+    )
+    seeds = forms.IntegerField(min_value=1, max_value=MAX_FORM_SEEDS, initial=3, help_text="Seeds 0 … n−1 per arm.")
+    baseline = forms.ChoiceField(
+        choices=ARM_CHOICES, initial="static", help_text="The arm the others are compared with."
+    )
+    overrides = OverridesField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text='Overrides every arm shares, as JSON: {"grpo.total_steps": 8}.',
+    )
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["team"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = teams
+        if teams.count() == 1:
+            field.widget = forms.HiddenInput()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        arms, baseline = data.get("arms") or [], data.get("baseline")
+        if arms and baseline and baseline not in arms:
+            self.add_error("baseline", "check the baseline arm too")
+        return data
+
+    def spec(self) -> dict[str, Any]:
+        """The experiment as the API takes it."""
+        data = self.cleaned_data
+        arms = [name for name, _ in ARM_CHOICES if name in data["arms"]]
+        return {
+            "preset": data["preset"],
+            "overrides": data["overrides"] or {},
+            "arms": arms,
+            "seeds": data["seeds"],
+            "baseline": data["baseline"],
+        }
+
+    def apply_errors(self, error: InvalidInput) -> None:
+        """The service's errors on the field they name (`overrides.grpo.lr` on overrides), the rest on the form."""
+        for path, messages in error.errors.items():
+            head = path.split(".", 1)[0]
+            field = head if head in self.fields and head != "team" else None
+            for message in messages:
+                self.add_error(field, f"{path}: {message}" if field != path else message)

@@ -1,0 +1,56 @@
+"""What an experiment is: a team's base preset and overrides, named arms, seeds and one held-out evaluation. Its runs
+are ordinary runs (Run.experiment, Run.arm, Run.seed); its table and verdicts are computed from them on read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+
+from webapp.accounts.models import Team
+
+
+class Experiment(models.Model):
+    """Arms × seeds over one base config. `status` holds what a person did (running, or cancelled); whether every
+    run has ended is read from the runs (selectors.experiment_state)."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        CANCELLED = "cancelled"
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="experiments")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="experiments"
+    )
+    name = models.CharField(max_length=200)
+    preset = models.CharField(max_length=32)
+    overrides = models.JSONField(default=dict, blank=True, help_text="Overrides of the preset every arm shares.")
+    arms = models.JSONField(help_text="{arm name: its overrides}, built-in arms resolved to theirs.")
+    seeds = models.JSONField(help_text="The seeds every arm trains with.")
+    evaluation = models.JSONField(help_text="{benchmark, split, size, sample_seed}: the same questions for every run.")
+    baseline = models.CharField(max_length=64, help_text="The arm every other arm is compared with.")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        indexes = (models.Index(fields=["team", "-created_at"], name="experiment_team_created"),)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"
+
+    def spec(self) -> dict[str, Any]:
+        """The experiment as the engine's `experiment_from_dict` reads it."""
+        return {
+            "preset": self.preset,
+            "overrides": self.overrides,
+            "arms": self.arms,
+            "seeds": self.seeds,
+            "evaluation": self.evaluation,
+            "baseline": self.baseline,
+        }
+
+    @property
+    def run_count(self) -> int:
+        return len(self.arms) * len(self.seeds)

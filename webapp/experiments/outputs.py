@@ -1,0 +1,117 @@
+"""Output serializers of the experiments API: the shapes of what its views send, as the OpenAPI schema documents
+them and frontend/src/types.ts declares them. The table and verdicts pass through as the engine's
+`experiment_results` makes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from webapp.accounts.models import Team, User
+from webapp.runs.models import Run
+
+from .models import Experiment
+
+
+class ExperimentRunOutputSerializer(serializers.ModelSerializer[Run]):
+    class Meta:
+        model = Run
+        fields: tuple[str, ...] = ("id", "name", "arm", "seed", "status", "step", "total_steps", "error")
+        read_only_fields = fields
+
+
+class ExperimentOutputSerializer(serializers.ModelSerializer[Experiment]):
+    team: serializers.SlugRelatedField[Team] = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    created_by: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    overrides = serializers.DictField(help_text="Overrides of the preset every arm shares.")
+    arms = serializers.DictField(
+        child=serializers.DictField(), help_text="Arm name → its overrides (a built-in arm's included)."
+    )
+    seeds = serializers.ListField(child=serializers.IntegerField())
+    evaluation = serializers.DictField(help_text="{benchmark, split, size, sample_seed}.")
+    run_count = serializers.IntegerField(help_text="Arms × seeds.")
+
+    class Meta:
+        model = Experiment
+        fields: tuple[str, ...] = (
+            "id",
+            "team",
+            "created_by",
+            "name",
+            "preset",
+            "overrides",
+            "arms",
+            "seeds",
+            "evaluation",
+            "baseline",
+            "status",
+            "run_count",
+            "created_at",
+        )
+        read_only_fields = fields
+
+
+class SeedsNeededOutputSerializer(serializers.Serializer[Any]):
+    difference = serializers.FloatField(help_text="The difference in EM (0–1) to detect.")
+    seeds = serializers.IntegerField(allow_null=True, help_text="Seeds per arm it would need at this variance.")
+
+
+class VerdictComparisonOutputSerializer(serializers.Serializer[Any]):
+    mean = serializers.FloatField(help_text="Mean difference in EM (0–1) from the baseline arm.")
+    low = serializers.FloatField()
+    high = serializers.FloatField()
+    level = serializers.FloatField()
+    seeds = serializers.IntegerField()
+    questions = serializers.IntegerField()
+    per_seed = serializers.DictField(child=serializers.FloatField(), help_text="Seed → its paired difference.")
+    method = serializers.CharField(help_text="How the interval was made.")
+    excludes_zero = serializers.BooleanField()
+    seeds_needed = SeedsNeededOutputSerializer()
+
+
+class RewardCurveOutputSerializer(serializers.Serializer[Any]):
+    steps = serializers.ListField(child=serializers.IntegerField())
+    mean = serializers.ListField(child=serializers.FloatField())
+    low = serializers.ListField(child=serializers.FloatField())
+    high = serializers.ListField(child=serializers.FloatField())
+    seeds = serializers.ListField(child=serializers.IntegerField(), help_text="Seeds that reached each step.")
+
+
+class ArmResultOutputSerializer(serializers.Serializer[Any]):
+    arm = serializers.CharField()
+    overrides = serializers.DictField()
+    seeds = serializers.ListField(child=serializers.IntegerField(), help_text="The seeds that finished.")
+    mean_em = serializers.FloatField(allow_null=True)
+    mean_f1 = serializers.FloatField(allow_null=True)
+    per_seed_em = serializers.DictField(child=serializers.FloatField())
+    questions = serializers.IntegerField()
+    reward_last = serializers.FloatField(allow_null=True, help_text="Training reward over the last steps.")
+    reward_curve = RewardCurveOutputSerializer()
+    comparison = VerdictComparisonOutputSerializer(allow_null=True)
+    verdict = serializers.CharField(allow_null=True, help_text="The difference from the baseline arm, in words.")
+
+
+class MissingRunOutputSerializer(serializers.Serializer[Any]):
+    arm = serializers.CharField()
+    seed = serializers.IntegerField()
+
+
+class ExperimentResultsOutputSerializer(serializers.Serializer[Any]):
+    baseline = serializers.CharField()
+    level = serializers.FloatField()
+    arms = ArmResultOutputSerializer(many=True)
+    missing = MissingRunOutputSerializer(many=True, help_text="(arm, seed) runs with no results (yet).")
+    complete = serializers.BooleanField()
+
+
+class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
+    experiment = ExperimentOutputSerializer()
+    state = serializers.ChoiceField(
+        choices=("running", "finished", "cancelled"), help_text="running while any run has not ended."
+    )
+    runs = ExperimentRunOutputSerializer(many=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs per status.")
+    results = ExperimentResultsOutputSerializer()

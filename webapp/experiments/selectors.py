@@ -1,0 +1,113 @@
+"""Reads about experiments, always scoped to the user asking: the list, one experiment (404 for another team's), its
+runs, whether it has ended, and its table and verdicts — computed by the engine's `experiment_results` from the
+runs' per-question answers and step rewards."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from inspo_engine.experiments import experiment_from_dict, experiment_results
+from webapp.accounts.permissions import AnyUser
+from webapp.runs.models import EvaluationAnswer, Run, StepMetric
+
+from .models import Experiment
+
+ENDED = (Run.Status.FINISHED, Run.Status.FAILED, Run.Status.CANCELLED)
+SCORE_METRIC = "em"
+"""The per-question score the verdicts compare."""
+
+
+def experiment_list(*, user: AnyUser) -> QuerySet[Experiment]:
+    """Experiments of the user's teams, newest first."""
+    if not user.is_authenticated:
+        return Experiment.objects.none()
+    return Experiment.objects.filter(team__memberships__user=user).select_related("team", "created_by")
+
+
+def experiment_get(*, user: AnyUser, experiment_id: int) -> Experiment:
+    """One experiment of the user's teams; 404 for another team's, as for one that does not exist."""
+    experiment = experiment_list(user=user).filter(pk=experiment_id).first()
+    if experiment is None:
+        raise Http404("no such experiment")
+    return experiment
+
+
+def experiment_runs(*, experiment: Experiment) -> list[Run]:
+    """Its runs in arm order (as the experiment lists its arms), then by seed."""
+    order = {arm: i for i, arm in enumerate(experiment.arms)}
+    runs = list(Run.objects.filter(experiment=experiment).order_by("seed", "created_at"))
+    return sorted(runs, key=lambda run: (order.get(run.arm, len(order)), run.seed))
+
+
+def experiment_state(*, experiment: Experiment, runs: list[Run]) -> str:
+    """cancelled (a person cancelled it), running (a run is pending, queued, running or cancelling) or finished
+    (every run ended: finished, failed or cancelled)."""
+    if experiment.status == Experiment.Status.CANCELLED:
+        return "cancelled"
+    return "finished" if all(run.status in ENDED for run in runs) else "running"
+
+
+def run_counts(runs: list[Run]) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for run in runs:
+        counts[run.status] += 1
+    return dict(counts)
+
+
+def _answers(runs: list[Run]) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, dict[int, dict[str, float]]]]:
+    """Per arm, per seed, each question's EM and F1 from the run's newest evaluation that kept per-question
+    results."""
+    newest: dict[Any, tuple[int, int]] = {}
+    for run_id, evaluation_id, step in (
+        EvaluationAnswer.objects.filter(evaluation__run__in=runs, evaluation__metric=SCORE_METRIC)
+        .order_by()
+        .values_list("evaluation__run_id", "evaluation_id", "evaluation__step")
+        .distinct()
+    ):
+        newest[run_id] = max(newest.get(run_id, (step, evaluation_id)), (step, evaluation_id))
+    chosen = [evaluation_id for _, evaluation_id in newest.values()]
+    em: dict[Any, dict[str, float]] = defaultdict(dict)
+    f1: dict[Any, dict[str, float]] = defaultdict(dict)
+    rows = EvaluationAnswer.objects.filter(evaluation_id__in=chosen).order_by("id")
+    for run_id, question_id, em_value, f1_value in rows.values_list("evaluation__run_id", "question_id", "em", "f1"):
+        em[run_id][question_id] = em_value
+        f1[run_id][question_id] = f1_value
+    by_arm_em: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
+    by_arm_f1: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
+    for run in runs:
+        if run.pk in em:
+            by_arm_em[run.arm][run.seed] = em[run.pk]
+            by_arm_f1[run.arm][run.seed] = f1[run.pk]
+    return dict(by_arm_em), dict(by_arm_f1)
+
+
+def _rewards(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
+    """Per arm, per seed, the training reward of each step in step order."""
+    by_run: dict[Any, list[float]] = defaultdict(list)
+    rows = StepMetric.objects.filter(run__in=runs).order_by("run_id", "step").values_list("run_id", "reward_mean")
+    for run_id, reward in rows:
+        by_run[run_id].append(reward)
+    rewards: dict[str, dict[int, list[float]]] = defaultdict(dict)
+    for run in runs:
+        rewards[run.arm][run.seed] = by_run.get(run.pk, [])
+    return dict(rewards)
+
+
+def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
+    """Everything the experiment's page and its API answer show: its state and its runs, and the engine's table and
+    verdicts over the seeds that finished (it lists the missing ones); reward curves include running seeds."""
+    runs = experiment_runs(experiment=experiment)
+    finished = [run for run in runs if run.status == Run.Status.FINISHED]
+    em, f1 = _answers(finished)
+    results = experiment_results(experiment_from_dict(experiment.spec()), em, _rewards(runs), f1_by_arm=f1)
+    return {
+        "experiment": experiment,
+        "state": experiment_state(experiment=experiment, runs=runs),
+        "runs": runs,
+        "counts": run_counts(runs),
+        "results": results,
+    }

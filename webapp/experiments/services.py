@@ -1,0 +1,129 @@
+"""Operations on experiments — submit, cancel — shared by pages and the API. An experiment is read and checked by
+the engine (`experiment_from_dict`); each arm's config then passes the same platform checks a run's does
+(`config_validate`: confinement to the team's data, what a run may reach), and its runs are submitted through the
+runs service, where those beyond the team's quota wait as pending."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from inspo_engine.config import ConfigError, RunConfig, resolve_key
+from inspo_engine.experiments import Experiment as EngineExperiment
+from inspo_engine.experiments import arm_config, experiment_from_dict
+from webapp.accounts.models import Role, Team, User
+from webapp.accounts.permissions import require_role
+from webapp.core.errors import Conflict, InvalidInput
+from webapp.runs.configs import config_validate
+from webapp.runs.models import Run
+from webapp.runs.services import run_cancel, run_submit
+
+from .models import Experiment
+
+MAX_EXPERIMENT_RUNS = 48
+"""The most runs (arms × seeds) one experiment may start."""
+
+
+def experiment_errors(error: ConfigError) -> InvalidInput:
+    """The engine's errors keyed by the dotted path of the bad field (`seeds`, `arms.mine.grpo.lr`, …)."""
+    errors: dict[str, list[str]] = {}
+    for item in error.errors:
+        errors.setdefault(item.field or "experiment", []).append(item.message)
+    return InvalidInput(errors)
+
+
+def experiment_read(spec: Mapping[str, Any]) -> EngineExperiment:
+    """The engine's experiment from what a user sent: InvalidInput naming each bad field, and the platform's bound
+    on the number of runs."""
+    try:
+        experiment = experiment_from_dict(dict(spec))
+    except ConfigError as error:
+        raise experiment_errors(error) from error
+    runs = len(experiment.arms) * len(experiment.seeds)
+    if runs > MAX_EXPERIMENT_RUNS:
+        message = f"{runs} runs (arms × seeds); an experiment may start at most {MAX_EXPERIMENT_RUNS}"
+        raise InvalidInput({"seeds": [message]})
+    return experiment
+
+
+def _set_by(overrides: Mapping[str, Any], field: str) -> bool:
+    """Whether these overrides set the config field (named by its dotted path or its paper name)."""
+    for key in overrides:
+        try:
+            if resolve_key(str(key)) == field:
+                return True
+        except ConfigError:
+            continue
+    return False
+
+
+def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tuple[str, int], RunConfig]:
+    """Each run's config, checked as a run submission checks it (the team's data, what a run may reach);
+    InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>` — otherwise."""
+    configs: dict[tuple[str, int], RunConfig] = {}
+    errors: dict[str, list[str]] = {}
+    for arm, seed in experiment.runs():
+        try:
+            configs[(arm, seed)] = config_validate(arm_config(experiment, arm, seed).to_dict(), team=team)
+        except InvalidInput as error:
+            for field, messages in error.errors.items():
+                shared = _set_by(experiment.overrides, field) and not _set_by(experiment.arms[arm], field)
+                where = f"overrides.{field}" if shared else f"arms.{arm}.{field}"
+                errors.setdefault(where, [])
+                errors[where] += [m for m in messages if m not in errors[where]]
+    if errors:
+        raise InvalidInput(errors)
+    return configs
+
+
+def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, Any]) -> Experiment:
+    """Check the experiment and every run's config, store it, and submit its runs (arm by arm, seed by seed): as
+    many as the team's quota allows are queued, the rest wait as pending and start as slots free."""
+    require_role(user, team, Role.MEMBER)
+    name = name.strip()
+    if not name:
+        raise InvalidInput({"name": ["give the experiment a name"]})
+    experiment = experiment_read(spec)
+    configs = experiment_configs(experiment, team=team)
+    with transaction.atomic():
+        row = Experiment.objects.create(
+            team=team,
+            created_by=user,
+            name=name[:200],
+            preset=experiment.preset,
+            overrides=dict(experiment.overrides),
+            arms={arm: dict(overrides) for arm, overrides in experiment.arms.items()},
+            seeds=list(experiment.seeds),
+            evaluation=dataclasses.asdict(experiment.evaluation),
+            baseline=experiment.baseline,
+        )
+        for (arm, seed), config in configs.items():  # seed by seed: pending runs start whole seeds first
+            run_submit(
+                team=team,
+                user=user,
+                name=f"{row.name} · {arm} · seed {seed}",
+                config=config,
+                preset=experiment.preset,
+                experiment=row,
+                arm=arm,
+            )
+    return row
+
+
+def experiment_cancel(*, experiment: Experiment, user: User) -> Experiment:
+    """Cancel every run of the experiment that has not ended (pending and queued ones at once, running ones after
+    their step), and mark it cancelled."""
+    require_role(user, experiment.team, Role.MEMBER)
+    Experiment.objects.filter(pk=experiment.pk).update(status=Experiment.Status.CANCELLED)
+    runs = Run.objects.filter(experiment=experiment)
+    runs.filter(status=Run.Status.PENDING).update(status=Run.Status.CANCELLED, finished_at=timezone.now())
+    for run in runs.filter(status__in=(Run.Status.QUEUED, Run.Status.RUNNING)):
+        with contextlib.suppress(Conflict):  # it ended meanwhile
+            run_cancel(run=run, user=user)
+    experiment.refresh_from_db()
+    return experiment
