@@ -7,7 +7,7 @@ REQS := requirements/engine.txt requirements/models.txt requirements/web.txt req
 STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
 RUN_DIR ?= runs/cpu-demo
 
-.PHONY: install run test lint format demo smoke clean frontend frontend-test browser
+.PHONY: install run test lint format demo smoke clean frontend frontend-test browser docs
 
 install: $(STAMP)
 
@@ -33,8 +33,12 @@ format: install
 	$(VENV)/bin/ruff check --fix .
 
 # Vitest for the dashboards' data transforms, then the Python suite (which drives the built pages in chromium).
-test: lint frontend-test frontend browser
+test: lint frontend-test frontend browser docs
 	$(PY) -m pytest
+
+# The documentation site (mkdocs-material) into site/; --strict turns a broken link or a missing page into a failure.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 # The dashboards: TypeScript in frontend/, built by Vite into webapp/static/inspo/app/.
 FRONTEND_STAMP := frontend/node_modules/.installed-$(shell cat frontend/package-lock.json 2>/dev/null | sha1sum | cut -c1-12)
