@@ -11,8 +11,11 @@ import argparse
 import getpass
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -39,6 +42,7 @@ from .events import (
     StepCompleted,
     read_events,
 )
+from .experiments import Experiment, experiment_from_dict
 from .presets import PRESETS, preset
 
 
@@ -109,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot = commands.add_parser("plot", help="draw a run directory's Fig. 2 panels and population weights as PNGs")
     plot.add_argument("run_dir", type=Path, help="a run directory (holding events.jsonl)")
 
+    add_experiment(commands.add_parser("experiment", help="arms × seeds on the same questions, with verdicts"))
+
     verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
     add_config_source(verl)
     verl.add_argument("--model-size", choices=["3b", "7b"], help="the paper's Qwen2.5 policy: model, lr and turns")
@@ -129,6 +135,33 @@ def add_config_source(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override a field: a dotted path (grpo.lr=1e-6) or a paper name (lr=1e-6); values parse as JSON",
     )
+
+
+def add_experiment(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preset", default="cpu-demo", choices=sorted(PRESETS), help="the base config (cpu-demo)")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override for every arm"
+    )
+    parser.add_argument(
+        "--arms", default="static,inspo,no-verify,random-pool", help="built-in arms, comma-separated (all four)"
+    )
+    parser.add_argument(
+        "--arm",
+        dest="custom_arms",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE,...",
+        help="a custom arm (or overrides on top of a built-in one); repeat it for a value holding a comma",
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 for every arm (3)")
+    parser.add_argument("--baseline", default="static", help="the arm every other is compared with (static)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one torch thread each (1)")
+    parser.add_argument("--out", type=Path, required=True, help="experiment directory: one run directory per run")
+    parser.add_argument("--eval-benchmark", default="builtin", help="'builtin' or a FlashRAG benchmark")
+    parser.add_argument("--eval-split", default="test")
+    parser.add_argument("--eval-size", type=int, default=0, help="questions drawn from the split (0 = all)")
+    parser.add_argument("--eval-seed", type=int, default=0, help="the seed that draws them (0)")
+    add_cache(parser)
 
 
 def add_cache(parser: argparse.ArgumentParser) -> None:
@@ -362,6 +395,168 @@ def command_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- experiment ------------------------------------------------------------------------------------------------
+
+
+def experiment_of(args: argparse.Namespace) -> Experiment:
+    """The experiment the arguments describe, validated (ConfigError names each bad field)."""
+    arms: dict[str, dict[str, Any]] = {name.strip(): {} for name in args.arms.split(",") if name.strip()}
+    for text in args.custom_arms:
+        name, sep, rest = text.partition(":")
+        if not sep or not name.strip():
+            raise UsageError(f"--arm {text!r} must look like NAME:KEY=VALUE,...")
+        pairs = [parse_override(item) for item in rest.split(",") if item.strip()]
+        arms.setdefault(name.strip(), {}).update(dict(pairs))
+    return experiment_from_dict(
+        {
+            "preset": args.preset,
+            "overrides": dict(parse_override(text) for text in args.overrides),
+            "arms": arms,
+            "seeds": args.seeds,
+            "evaluation": {
+                "benchmark": args.eval_benchmark,
+                "split": args.eval_split,
+                "size": args.eval_size,
+                "sample_seed": args.eval_seed,
+            },
+            "baseline": args.baseline,
+        }
+    )
+
+
+def command_experiment(args: argparse.Namespace) -> int:
+    """Train every (arm, seed) not finished yet, `--jobs` at a time, then write the results and the pictures."""
+    from .experiments import read_experiment, results_markdown
+    from .plots import plot_experiment
+
+    if not 1 <= args.jobs <= 64:
+        raise UsageError("--jobs must be from 1 to 64")
+    experiment = experiment_of(args)
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "experiment.json").write_text(json.dumps(experiment.to_dict(), indent=2), encoding="utf-8")
+    runs = [ExperimentRun.prepare(experiment, arm, seed, out) for arm, seed in experiment.runs()]
+    interrupted = False
+    try:
+        run_all(runs, jobs=args.jobs, cache_dir=args.cache_dir)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("interrupted: the runs saved a checkpoint; the same command resumes them", file=sys.stderr)
+    results = read_experiment(experiment, out)
+    (out / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    (out / "results.md").write_text(results_markdown(results), encoding="utf-8")
+    try:
+        pictures = plot_experiment(results, out)
+    except (ValueError, OSError, ImportError) as error:
+        pictures = []
+        print(f"no plots: {error}", file=sys.stderr)
+    print(results_markdown(results))
+    print(f"Results in {out}/: results.json, results.md, {', '.join(p.name for p in pictures)}")
+    return 130 if interrupted else (0 if results["complete"] else 1)
+
+
+class ExperimentRun:
+    """One (arm, seed) of an experiment as a training subprocess: its directory, config and progress."""
+
+    def __init__(self, name: str, directory: Path, total: int, done: bool) -> None:
+        self.name = name
+        self.directory = directory
+        self.total = total
+        self.done = done
+        self.step = total if done else 0
+        self.offset = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+
+    @classmethod
+    def prepare(cls, experiment: Experiment, arm: str, seed: int, out: Path) -> ExperimentRun:
+        """The run's directory with its config; refused when an earlier run there had another config."""
+        from .experiments import arm_config, read_run, run_name
+        from .schedule import phases_for
+
+        config = arm_config(experiment, arm, seed)
+        directory = out / run_name(arm, seed)
+        saved = directory / "config.json"
+        if saved.exists() and json.loads(saved.read_text(encoding="utf-8")) != config.to_dict():
+            raise UsageError(f"{directory} holds a run of another config: give another --out, or delete it")
+        directory.mkdir(parents=True, exist_ok=True)
+        saved.write_text(config.to_json(), encoding="utf-8")
+        outcome = read_run(directory, experiment.evaluation.benchmark)
+        run = cls(run_name(arm, seed), directory, sum(p.steps for p in phases_for(config)), outcome.finished)
+        run.step = run.total if outcome.finished else 0
+        return run
+
+    def start(self, cache_dir: Path) -> None:
+        """`train --resume` from the newest checkpoint, or a fresh start in a cleared directory."""
+        resume = latest_checkpoint(self.directory) is not None
+        if not resume:
+            for stale in ("events.jsonl", "evaluations", CHECKPOINTS_DIR):
+                path = self.directory / stale
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "inspo_engine", "train", "--config", str(self.directory / "config.json")]
+        command += ["--out", str(self.directory), "--cache-dir", str(cache_dir), *(["--resume"] if resume else [])]
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        with (self.directory / "train.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def poll(self) -> bool:
+        """Read the steps its events.jsonl gained; True once the process has ended."""
+        self.step = max(self.step, _last_step(self.directory / "events.jsonl", self))
+        assert self.process is not None
+        self.returncode = self.process.poll()
+        if self.returncode is not None:
+            self.done = True
+        return self.returncode is not None
+
+
+def _last_step(path: Path, run: ExperimentRun) -> int:
+    """The highest step_completed in the lines appended since the last read (`run.offset` remembers where)."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as file:
+        file.seek(run.offset)
+        data = file.read()
+    complete = data[: data.rfind(b"\n") + 1]
+    run.offset += len(complete)
+    steps = [0]
+    for line in complete.splitlines():
+        if b'"step_completed"' in line:
+            steps.append(int(json.loads(line)["step"]))
+    return max(steps)
+
+
+def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
+    """Start the unfinished runs, `jobs` at a time, with one progress bar over runs and steps."""
+    from tqdm import tqdm
+
+    waiting = [run for run in runs if not run.done]
+    active: list[ExperimentRun] = []
+    total = sum(run.total for run in runs)
+    with tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
+        try:
+            while waiting or active:
+                while waiting and len(active) < jobs:
+                    active.append(waiting.pop(0))
+                    active[-1].start(cache_dir)
+                for run in [r for r in active if r.poll()]:
+                    active.remove(run)
+                    if run.returncode != 0:
+                        bar.write(f"{run.name} failed (exit {run.returncode}): see {run.directory / 'train.log'}")
+                bar.n = sum(min(run.step, run.total) for run in runs)
+                finished = sum(run.done and run.returncode in (None, 0) for run in runs)
+                bar.set_description(f"runs {finished}/{len(runs)} done, {len(active)} running")
+                bar.refresh()
+                time.sleep(1.0)
+        except KeyboardInterrupt:
+            for run in active:
+                if run.process is not None:
+                    run.process.wait()
+            raise
+
+
 # -- verl-config ---------------------------------------------------------------------------------------------
 
 
@@ -388,6 +583,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "serve-retriever": command_serve,
         "verl-config": command_verl_config,
         "plot": command_plot,
+        "experiment": command_experiment,
     }
     try:
         if args.command == "config":

@@ -435,6 +435,48 @@ def reward_curve(rewards: Mapping[int, Sequence[float]]) -> dict[str, list[float
     return curve
 
 
+def results_markdown(results: Mapping[str, Any]) -> str:
+    """`experiment_results` as Markdown: what was run, the table, every verdict in words and the missing runs."""
+    spec = results["experiment"]
+    evaluation, baseline = spec["evaluation"], results["baseline"]
+    size = f"{evaluation['size']} questions drawn by seed {evaluation['sample_seed']}" if evaluation["size"] else "all"
+    lines = [
+        f"# Experiment: {spec['preset']}, seeds {', '.join(map(str, spec['seeds']))}",
+        "",
+        f"Evaluation: {evaluation['benchmark']}, {evaluation['split']} split, {size} questions; each run's best "
+        "instruction I*, greedy. Baseline arm: " + baseline + ".",
+        "",
+        f"| arm | seeds | mean EM | mean F1 | reward (last {REWARD_TAIL} steps) | − {baseline} "
+        f"[{100 * results['level']:g} % interval], EM points | verdict |",
+        "|---|---:|---:|---:|---:|---|---|",
+    ]
+    lines += [_markdown_row(row) for row in results["arms"]]
+    verdicts = [row["verdict"] for row in results["arms"] if row["verdict"]]
+    lines += ["", "Verdicts:", "", *(f"- {verdict}" for verdict in verdicts)] if verdicts else []
+    methods = {row["comparison"]["method"] for row in results["arms"] if row["comparison"]}
+    lines += ["", f"Interval: {'; '.join(sorted(methods))}."] if methods else []
+    missing = [f"{m['arm']} seed {m['seed']}" for m in results["missing"]]
+    lines += ["", f"Missing runs (no final evaluation yet): {', '.join(missing)}."] if missing else []
+    return "\n".join(lines) + "\n"
+
+
+def _markdown_row(row: Mapping[str, Any]) -> str:
+    def number(value: float | None) -> str:
+        return "–" if value is None else f"{value:.3f}"
+
+    comparison = row["comparison"]
+    if comparison is not None:
+        difference = (
+            f"{100 * comparison['mean']:+.1f} [{100 * comparison['low']:+.1f}, {100 * comparison['high']:+.1f}]"
+        )
+    else:
+        difference = "baseline" if row["verdict"] is None else "–"
+    verdict = (row["verdict"] or "").rsplit(": ", 1)[-1]
+    cells = [row["arm"], str(len(row["seeds"])), number(row["mean_em"]), number(row["mean_f1"])]
+    cells += [number(row["reward_last"]), difference, verdict]
+    return "| " + " | ".join(cells) + " |"
+
+
 __all__ = [
     "BUILTIN_ARMS",
     "EVALUATIONS_DIR",
@@ -446,6 +488,7 @@ __all__ = [
     "experiment_results",
     "read_experiment",
     "read_run",
+    "results_markdown",
     "reward_curve",
     "run_name",
 ]

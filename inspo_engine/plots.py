@@ -16,6 +16,8 @@ from .events import Event, PopulationChanged, StepCompleted, read_events
 
 FIG2_FILE = "fig2.png"
 POPULATION_FILE = "population.png"
+EXPERIMENT_REWARD_FILE = "reward.png"
+EXPERIMENT_EM_FILE = "em.png"
 
 
 @dataclass
@@ -112,6 +114,70 @@ def _population(series: RunSeries, path: Path, name: str) -> Path:
     axis.set_title(f"{name}: weight of every instruction while it was alive", fontsize=11)
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7, ncol=4, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+# -- experiments ----------------------------------------------------------------------------------------------------
+
+
+def plot_experiment(results: dict[str, Any], out_dir: Path) -> list[Path]:
+    """An experiment's two pictures from its results (`experiments.experiment_results`): reward.png, the training
+    reward per arm over steps (mean over seeds, band from the lowest to the highest seed), and em.png, each arm's
+    mean EM with its seeds, beside its difference from the baseline arm with the interval."""
+    arms = [row for row in results["arms"] if row["reward_curve"]["steps"] or row["mean_em"] is not None]
+    if not arms:
+        raise ValueError("no run of the experiment has completed a step yet")
+    return [
+        _experiment_reward(arms, out_dir / EXPERIMENT_REWARD_FILE),
+        _experiment_em(results, out_dir / EXPERIMENT_EM_FILE),
+    ]
+
+
+def _experiment_reward(arms: list[dict[str, Any]], path: Path) -> Path:
+    plt = _pyplot()
+    figure, axis = plt.subplots(figsize=(9, 4.5))
+    for row in arms:
+        curve = row["reward_curve"]
+        (line,) = axis.plot(curve["steps"], curve["mean"], linewidth=1.4, label=row["arm"])
+        axis.fill_between(curve["steps"], curve["low"], curve["high"], color=line.get_color(), alpha=0.15)
+    axis.set_xlabel("step")
+    axis.set_ylabel("training reward")
+    axis.set_title("training reward per arm: mean over seeds, band from the lowest to the highest seed", fontsize=10)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def _experiment_em(results: dict[str, Any], path: Path) -> Path:
+    plt = _pyplot()
+    rows = results["arms"]
+    names = [row["arm"] for row in rows]
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for i, row in enumerate(rows):
+        seeds = [100 * v for v in row["per_seed_em"].values()]
+        if row["mean_em"] is not None:
+            left.bar(i, 100 * row["mean_em"], color="#93c5fd")
+        left.scatter([i] * len(seeds), seeds, color="#1e3a8a", s=14, zorder=3)
+        comparison = row["comparison"]
+        if comparison is not None:
+            mean, low, high = (100 * comparison[key] for key in ("mean", "low", "high"))
+            right.errorbar(i, mean, yerr=[[mean - low], [high - mean]], fmt="o", capsize=5, color="#b91c1c")
+    left.set_xticks(range(len(names)), names)
+    left.set_ylabel("EM (%)")
+    left.set_title("mean EM per arm (dots: seeds)", fontsize=10)
+    right.axhline(0, color="#6b7280", linewidth=1)
+    right.set_xticks(range(len(names)), names)
+    right.set_ylabel("EM points")
+    level = 100 * results["level"]
+    right.set_title(f"difference from {results['baseline']}, {level:g} % interval", fontsize=10)
+    for axis in (left, right):
+        axis.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

@@ -325,3 +325,85 @@ def test_a_checkpoint_of_another_schema_version_is_refused(gemini, tmp_path):
 def test_skill_phrases_are_what_the_scripted_policy_rewards():
     plain = success_rate("Answer.")
     assert all(success_rate(f"Answer. Always {phrase}.") > plain for phrase in SKILLS)
+
+
+# -- random-pool: INSPO's initial population, sampled uniformly, never optimised ---------------------------------
+
+
+def random_pool_run(tmp_path, **overrides):
+    from inspo_engine.optimizers import optimizer_for
+
+    config = RunConfig.from_dict(SMALL).with_overrides(
+        {"mode": "random-pool", "optimizer.provider": "rules", **overrides}
+    )
+    sink, backend = ListSink(), ScriptedBackend(seed=config.seed)
+    result = make_loop(config, optimizer_for(config, tmp_path, None), sink, backend).run()
+    return config, sink, backend, result
+
+
+def test_random_pool_draws_as_many_instructions_as_inspos_population_once_before_step_0(tmp_path):
+    config, sink, _, _ = random_pool_run(tmp_path)
+    added = sink.of(InstructionAdded)
+    assert len(added) == config.population.population_size == 4
+    assert {event.step for event in added} == {0}
+    assert added[0].instruction.origin == "seed"
+    assert {event.instruction.origin for event in added[1:]} == {"paraphrase"}
+    sizes = {len(event.members) for event in sink.of(PopulationChanged)}
+    assert sizes == {4}
+
+
+def test_random_pool_is_never_pruned_evolved_or_verified(tmp_path):
+    _, sink, _, result = random_pool_run(tmp_path)
+    assert len(sink.of(StepCompleted)) == 45
+    assert not sink.of(InstructionPruned) and not sink.of(InstructionVerified) and not sink.of(EvolutionCompleted)
+    assert {event.step for event in sink.of(InstructionProposed)} == {0}  # the initial paraphrases only
+    assert result.status == "finished"
+
+
+def test_random_pool_samples_uniformly_and_its_weights_never_change(tmp_path):
+    _, sink, backend, result = random_pool_run(tmp_path)
+    for event in sink.of(PopulationChanged):
+        assert [m.weight for m in event.members] == [0.0] * 4
+        assert [m.probability for m in event.members] == pytest.approx([0.25] * 4)
+    counts: dict[str, int] = {}
+    for step in backend.requests:
+        for instruction_id in step:
+            counts[instruction_id] = counts.get(instruction_id, 0) + 1
+    assert len(counts) == 4 and sum(counts.values()) == 45 * 16
+    assert all(130 <= n <= 230 for n in counts.values()), counts  # 180 each expected; softmax(w/0.2) would not be
+    assert result.best_instruction.origin == "seed"  # I* is not chosen by reward either
+
+
+def test_the_same_seed_replays_the_same_random_pool_samples(tmp_path):
+    first = random_pool_run(tmp_path)[2].requests
+    again = random_pool_run(tmp_path)[2].requests
+    assert first == again
+
+
+# -- evaluation keeps every question --------------------------------------------------------------------------------
+
+
+def test_every_evaluation_keeps_each_questions_id_em_f1_and_answer_in_events_and_the_run_directory(tmp_path):
+    from inspo_engine.coevolution import evaluation_file, read_answers
+    from inspo_engine.events import EvalCompleted, event_from_dict
+
+    config = RunConfig.from_dict(SMALL).with_overrides({"mode": "static", "total_steps": 4, "evolve_until": 4, "eval.eval_every": 2})
+    sink = ListSink()
+    make_loop(config, None, sink, out_dir=tmp_path, eval_sets={"held-out": questions(64)[-10:]}).run()
+    evaluations = sink.of(EvalCompleted)
+    assert [e.step for e in evaluations] == [2, 4]
+    final = evaluations[-1]
+    assert [a["question_id"] for a in final.answers] == [q.id for q in questions(64)[-10:]]
+    assert set(final.answers[0]) == {"question_id", "em", "f1", "answer"}
+    assert final.value == pytest.approx(sum(a["em"] for a in final.answers) / 10)
+    assert final.f1 == pytest.approx(sum(a["f1"] for a in final.answers) / 10)
+    assert read_answers(evaluation_file(tmp_path, 4, "held-out")) == final.answers
+    assert event_from_dict(final.to_dict()) == final
+
+
+def test_an_eval_completed_event_written_before_answers_were_kept_still_loads():
+    from inspo_engine.events import EvalCompleted, event_from_dict
+
+    old = {"kind": "eval_completed", "time": 1.0, "step": 3, "benchmark": "nq", "metric": "em", "value": 0.5}
+    event = event_from_dict(old | {"n": 2, "instruction_id": "ins-0000", "checkpoint": None})
+    assert isinstance(event, EvalCompleted) and event.answers == [] and event.f1 is None

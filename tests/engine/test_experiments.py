@@ -1,0 +1,230 @@
+"""Experiments: validation that names the field, how an arm's config is composed, and the results table with a seed
+missing; the run directories read back are written by the real loop over the scripted policy."""
+
+import json
+
+import pytest
+
+from inspo_engine.coevolution import CoEvolution
+from inspo_engine.config import ConfigError
+from inspo_engine.events import JsonlSink
+from inspo_engine.experiments import (
+    BUILTIN_ARMS,
+    EvalSpec,
+    Experiment,
+    arm_config,
+    experiment_from_dict,
+    experiment_results,
+    read_experiment,
+    results_markdown,
+    run_name,
+)
+from inspo_engine.plots import plot_experiment
+from inspo_engine.presets import preset
+
+from .fakes import ScriptedBackend, questions
+
+
+def fields_of(data) -> list[str]:
+    with pytest.raises(ConfigError) as raised:
+        experiment_from_dict(data)
+    return [error.field for error in raised.value.errors]
+
+
+# -- validation -----------------------------------------------------------------------------------------------------
+
+
+def test_a_valid_experiment_takes_built_in_arms_by_name_and_a_seed_count():
+    experiment = experiment_from_dict(
+        {"preset": "smoke", "arms": ["static", "random-pool"], "seeds": 3, "evaluation": {"size": 20}}
+    )
+    assert experiment.arms == {"static": BUILTIN_ARMS["static"], "random-pool": BUILTIN_ARMS["random-pool"]}
+    assert experiment.seeds == [0, 1, 2]
+    assert experiment.evaluation == EvalSpec(size=20)
+    assert experiment.runs() == [(arm, seed) for seed in range(3) for arm in ("static", "random-pool")]
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"arms": {"static": None, "foo": {"grpo.lr": -1}}}, "arms.foo.grpo.lr"),
+        ({"arms": {"static": None, "foo": {"lr": 2}}}, "arms.foo.grpo.lr"),
+        ({"arms": {"static": None, "foo": {"no_such_field": 1}}}, "arms.foo.no_such_field"),
+        ({"arms": ["static", "mystery"]}, "arms.mystery"),
+        ({"arms": {"static": None, "bad name!": {"lr": 1e-6}}}, "arms.bad name!"),
+        ({"arms": []}, "arms"),
+        ({"seeds": 0}, "seeds"),
+        ({"seeds": [1, 1]}, "seeds"),
+        ({"seeds": "three"}, "seeds"),
+        ({"seeds": 10_000}, "seeds"),
+        ({"evaluation": {"size": -3}}, "evaluation.size"),
+        ({"evaluation": {"size": "all"}}, "evaluation.size"),
+        ({"evaluation": {"sample_seed": -1}}, "evaluation.sample_seed"),
+        ({"evaluation": {"benchmark": "${oops}"}}, "evaluation.benchmark"),
+        ({"evaluation": {"questions": 3}}, "evaluation.questions"),
+        ({"overrides": {"grpo.group_size": 1}}, "overrides.grpo.group_size"),
+        ({"overrides": {"seed": 4}}, "overrides.seed"),
+        ({"overrides": {"eval.eval_samples": 4}}, "overrides.eval.eval_samples"),
+        ({"overrides": "lr=1"}, "overrides"),
+        ({"preset": "gigantic"}, "preset"),
+        ({"baseline": "inspo", "arms": ["static"]}, "baseline"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_each_invalid_field_is_named(data, field):
+    assert field in fields_of({"preset": "smoke", **data})
+
+
+def test_a_custom_arm_without_overrides_is_refused_and_one_with_them_is_kept():
+    assert fields_of({"preset": "smoke", "arms": {"static": None, "mine": {}}}) == ["arms.mine"]
+    experiment = experiment_from_dict({"preset": "smoke", "arms": {"static": None, "mine": {"lr": 2e-5}}})
+    assert experiment.arms["mine"] == {"lr": 2e-5}
+
+
+def test_a_built_in_arms_own_overrides_apply_on_top_of_it():
+    experiment = experiment_from_dict({"preset": "smoke", "arms": {"static": None, "inspo": {"temperature": 1.0}}})
+    assert experiment.arms["inspo"] == {"mode": "online", "temperature": 1.0}
+
+
+# -- arm configs ----------------------------------------------------------------------------------------------------
+
+
+def test_an_arms_config_is_the_preset_then_the_overrides_then_the_arm_then_the_seed_and_the_evaluation():
+    experiment = Experiment(
+        preset="smoke",
+        overrides={"lr": 3e-5, "population_size": 4},
+        arms={"static": {"mode": "static"}, "fast": {"lr": 9e-5}},
+        seeds=[0, 7],
+        evaluation=EvalSpec(benchmark="builtin", split="dev", size=12, sample_seed=5),
+    )
+    base = preset("smoke")
+    fast = arm_config(experiment, "fast", 7)
+    assert fast.grpo.lr == 9e-5  # the arm's override wins over the experiment's
+    assert fast.population.population_size == 4
+    assert fast.seed == 7
+    assert (fast.eval.benchmarks, fast.eval.split, fast.eval.eval_samples, fast.eval.sample_seed) == (
+        ["builtin"],
+        "dev",
+        12,
+        5,
+    )
+    assert fast.grpo.total_steps == base.grpo.total_steps and fast.mode == base.mode
+    static = arm_config(experiment, "static", 0)
+    assert static.mode == "static" and static.grpo.lr == 3e-5 and static.seed == 0
+
+
+def test_the_built_in_arms_set_the_mode_and_no_verify_turns_verification_off():
+    experiment = experiment_from_dict({"preset": "smoke", "arms": list(BUILTIN_ARMS), "seeds": 1})
+    configs = {arm: arm_config(experiment, arm, 0) for arm in BUILTIN_ARMS}
+    assert {arm: c.mode for arm, c in configs.items()} == {
+        "static": "static",
+        "inspo": "online",
+        "no-verify": "online",
+        "random-pool": "random-pool",
+    }
+    assert configs["inspo"].evolution.verify and not configs["no-verify"].evolution.verify
+
+
+def test_random_pool_draws_its_pool_with_the_keyless_optimizer_when_the_runs_needs_a_key():
+    experiment = experiment_from_dict(
+        {"preset": "smoke", "overrides": {"optimizer.provider": "gemini"}, "arms": ["static", "inspo", "random-pool"]}
+    )
+    assert arm_config(experiment, "inspo", 0).optimizer.provider == "gemini"
+    assert arm_config(experiment, "random-pool", 0).optimizer.provider == "rules"
+
+
+def test_an_unknown_arm_is_refused():
+    experiment = experiment_from_dict({"preset": "smoke", "arms": ["static"]})
+    with pytest.raises(ConfigError, match="unknown arm"):
+        arm_config(experiment, "inspo", 0)
+
+
+# -- results --------------------------------------------------------------------------------------------------------
+
+
+def scores(rates: dict[int, float], n: int = 40) -> dict[int, dict[str, float]]:
+    """Per seed, the first round(rate × n) of n questions right."""
+    return {seed: {f"q{i}": float(i < round(rate * n)) for i in range(n)} for seed, rate in rates.items()}
+
+
+def three_seed_experiment() -> Experiment:
+    return experiment_from_dict({"preset": "smoke", "arms": ["static", "inspo", "random-pool"], "seeds": 3})
+
+
+def test_results_are_computed_over_the_finished_seeds_and_name_the_missing_runs():
+    experiment = three_seed_experiment()
+    results = experiment_results(
+        experiment,
+        {
+            "static": scores({0: 0.2, 1: 0.3, 2: 0.25}),
+            "inspo": scores({0: 0.4, 2: 0.5}),  # seed 1 failed
+            "random-pool": {},
+        },
+        {"static": {0: [0.1, 0.2], 1: [0.2, 0.3], 2: [0.1, 0.1]}, "inspo": {0: [0.3], 1: [0.0], 2: [0.5]}},
+    )
+    missing = [(m["arm"], m["seed"]) for m in results["missing"]]
+    assert missing == [("random-pool", 0), ("inspo", 1), ("random-pool", 1), ("random-pool", 2)]  # seed by seed
+    assert not results["complete"]
+    rows = {row["arm"]: row for row in results["arms"]}
+    assert rows["static"]["mean_em"] == pytest.approx(0.25) and rows["static"]["verdict"] is None
+    inspo = rows["inspo"]
+    assert inspo["seeds"] == [0, 2] and inspo["mean_em"] == pytest.approx(0.45)
+    assert inspo["comparison"]["seeds"] == 2  # paired on the seeds both arms finished
+    assert inspo["comparison"]["mean"] == pytest.approx(((0.4 - 0.2) + (0.5 - 0.25)) / 2)
+    assert inspo["verdict"].startswith("inspo − static: +22.5 EM points")
+    assert inspo["reward_last"] == pytest.approx((0.3 + 0.5) / 2)  # finished seeds only
+    assert inspo["reward_curve"]["seeds"] == [3]  # the curve shows every run that trained
+    assert rows["random-pool"]["mean_em"] is None and "no seed finished" in rows["random-pool"]["verdict"]
+    json.dumps(results)
+
+
+def test_the_markdown_table_has_a_row_per_arm_the_verdicts_and_the_missing_runs():
+    experiment = three_seed_experiment()
+    results = experiment_results(
+        experiment,
+        {"static": scores({0: 0.2, 1: 0.3, 2: 0.25}), "inspo": scores({0: 0.2, 1: 0.35, 2: 0.2}), "random-pool": {}},
+        {},
+        f1_by_arm={"static": scores({0: 0.5, 1: 0.5, 2: 0.5})},
+    )
+    text = results_markdown(results)
+    assert "| static | 3 | 0.250 | 0.500 | – | baseline |  |" in text
+    assert "| inspo | 3 | 0.250 | – | – | +0.0 [" in text and "no detectable difference |" in text
+    assert "Missing runs (no final evaluation yet): random-pool seed 0, random-pool seed 1, random-pool seed 2." in text
+
+
+def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(tmp_path):
+    experiment = experiment_from_dict(
+        {"preset": "smoke", "arms": ["static", "random-pool"], "seeds": 2, "evaluation": {"size": 8}}
+    )
+    for arm, seed in experiment.runs()[:-1]:  # the last run never ran
+        config = arm_config(experiment, arm, seed).with_overrides({"optimizer.provider": "rules"})
+        directory = tmp_path / run_name(arm, seed)
+        sink = JsonlSink(directory / "events.jsonl")
+        loop = CoEvolution(
+            config,
+            backend=ScriptedBackend(seed=seed),
+            train_questions=questions(32),
+            optimizer=None if arm == "static" else _rules(config, tmp_path),
+            sink=sink,
+            out_dir=directory,
+            eval_sets={"builtin": questions(8)},
+        )
+        loop.run()
+        sink.close()
+    results = read_experiment(experiment, tmp_path)
+    assert results["missing"] == [{"arm": "random-pool", "seed": 1}]
+    rows = {row["arm"]: row for row in results["arms"]}
+    assert rows["static"]["seeds"] == [0, 1] and rows["static"]["questions"] == 8
+    assert rows["random-pool"]["seeds"] == [0]
+    assert rows["random-pool"]["comparison"]["seeds"] == 1
+    assert rows["static"]["reward_curve"]["steps"] == [1, 2, 3, 4]
+    assert 0.0 <= rows["static"]["mean_f1"] <= 1.0
+    pictures = plot_experiment(results, tmp_path)
+    assert [p.name for p in pictures] == ["reward.png", "em.png"]
+    assert all(p.stat().st_size > 5000 for p in pictures)
+
+
+def _rules(config, cache_dir):
+    from inspo_engine.optimizers import optimizer_for
+
+    return optimizer_for(config, cache_dir, None)
