@@ -1,0 +1,242 @@
+"""The statistics of experiments: hand-computed intervals, pairing, verdicts, bad input, seed counts, and the coverage
+simulation that chose the interval (and shows the pooled one-level bootstrap failing when seeds vary)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import numpy as np
+import pytest
+
+from inspo_engine.stats import (
+    QUESTIONS_T,
+    SEEDS_T,
+    Comparison,
+    SimulatedExperiments,
+    arm_summary,
+    compare,
+    paired_bootstrap,
+    pooled_bootstrap_intervals,
+    seed_question_interval,
+    seeds_needed,
+    t_quantile,
+)
+
+Z975 = statistics.NormalDist().inv_cdf(0.975)
+SIMULATIONS = 1000
+SMALL_SEED_SD, LARGE_SEED_SD = 0.03, 0.4  # logit: per-seed SD ≈ 0.3 and ≈ 4.8 EM points, vs ≈ 3.5 from questions
+
+
+def scores_of(rows: list[list[float]], first_seed: int = 0) -> dict[int, dict[str, float]]:
+    return {first_seed + s: {f"q{i}": v for i, v in enumerate(row)} for s, row in enumerate(rows)}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Hand-computed cases
+
+
+def test_t_quantiles_match_their_closed_forms_for_one_and_two_degrees_of_freedom() -> None:
+    for p in (0.9, 0.975, 0.995):
+        assert t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-9)
+        two_tailed = 2 * (1 - p)
+        assert t_quantile(p, 2) == pytest.approx(math.sqrt(2 / (two_tailed * (2 - two_tailed)) - 2), rel=1e-9)
+        assert t_quantile(1 - p, 2) == pytest.approx(-t_quantile(p, 2))
+
+
+def test_t_quantiles_match_scipy_across_degrees_of_freedom() -> None:
+    scipy_stats = pytest.importorskip("scipy.stats")
+    for df in [*range(1, 31), 99, 199, 1999, 2001, 100_000]:
+        for p in (0.6, 0.9, 0.975, 0.9975):
+            assert t_quantile(p, df) == pytest.approx(scipy_stats.t.ppf(p, df), rel=1e-7), (p, df)
+
+
+def test_the_interval_of_two_seeds_by_three_questions_adds_the_shared_question_part_by_hand() -> None:
+    arm = scores_of([[1, 1, 0], [1, 0, 0]])
+    base = scores_of([[0, 1, 0], [0, 0, 1]])
+    # d = [[1, 0, 0], [1, 0, −1]]: per-seed means ⅓ and 0, question means 1, 0, −½, grand mean ⅙.
+    # var(per-seed means) = 1/18 → seed part 1/36; MS_q = 2·[(⅚)² + (⅙)² + (⅔)²]/2 = 7/6;
+    # residuals ±⅙ (four) and ±⅓ (two) → SS_e = ⅓ over 2 df → MS_e = ⅙; question part (7/6 − ⅙)/6 = ⅙.
+    half = math.sqrt(math.tan(math.pi * 0.475) ** 2 / 36 + Z975**2 / 6)
+    c = compare("inspo", arm, "static", base)
+    assert c.mean == pytest.approx(1 / 6)
+    assert (c.low, c.high) == (pytest.approx(1 / 6 - half), pytest.approx(1 / 6 + half))
+    assert (c.seed_part, c.question_part) == (pytest.approx(1 / 36), pytest.approx(1 / 6))
+    assert c.per_seed == {0: pytest.approx(1 / 3), 1: 0.0}
+    assert (c.seeds, c.questions, c.method) == (2, 3, SEEDS_T)
+
+
+def test_with_one_seed_the_interval_is_a_t_interval_over_questions() -> None:
+    c = compare("inspo", scores_of([[1, 0, 0]]), "static", scores_of([[0, 0, 1]]))
+    # d = [1, 0, −1]: mean 0, sample variance 1, so half-width t(2)·√(1/3).
+    assert (c.low, c.high) == (pytest.approx(-t_quantile(0.975, 2) / math.sqrt(3)), pytest.approx(4.302653 / 3**0.5))
+    assert c.method == QUESTIONS_T
+    assert "one seed" in c.verdict()
+
+
+def test_a_wider_level_gives_a_wider_interval() -> None:
+    arm = scores_of([[1, 1, 0, 1], [1, 0, 0, 1], [0, 1, 1, 1]])
+    base = scores_of([[0, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 0]])
+    narrow, wide = compare("a", arm, "b", base, level=0.8), compare("a", arm, "b", base, level=0.99)
+    assert wide.low < narrow.low < narrow.mean < narrow.high < wide.high
+    assert (narrow.level, wide.level) == (0.8, 0.99)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pairing, summaries and verdicts
+
+
+def test_it_pairs_on_the_seeds_and_question_ids_both_arms_have() -> None:
+    arm = {0: {"a": 1.0, "b": 1.0, "x": 1.0}, 1: {"a": 0.0, "b": 1.0}, 7: {"a": 1.0, "b": 1.0}}
+    base = {0: {"a": 0.0, "b": 1.0}, 1: {"a": 0.0, "b": 0.0, "y": 1.0}, 9: {"a": 0.0, "b": 0.0}}
+    c = compare("inspo", arm, "static", base)
+    assert (c.seeds, c.questions) == (2, 2)
+    assert c.per_seed == {0: 0.5, 1: 0.5}
+    assert c.mean == 0.5
+
+
+def test_arm_summary_is_the_mean_over_seeds_of_each_seeds_mean() -> None:
+    s = arm_summary("static", {3: {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0}, 5: {"a": 1.0, "b": 1.0, "c": 0.5}})
+    assert s.per_seed == {3: 0.25, 5: pytest.approx(2.5 / 3)}
+    assert s.mean == pytest.approx((0.25 + 2.5 / 3) / 2)
+    assert (s.arm, s.seeds, s.questions) == ("static", 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "outcome"),
+    [
+        (-0.051, 0.030, "no detectable difference"),
+        (0.004, 0.050, "inspo better than static"),
+        (-0.070, -0.002, "inspo worse than static"),
+    ],
+)
+def test_the_verdict_says_which_arm_is_better_only_when_the_interval_excludes_zero(
+    low: float, high: float, outcome: str
+) -> None:
+    c = Comparison("inspo", "static", (low + high) / 2, low, high, 0.95, 3, 195, {}, SEEDS_T)
+    assert c.verdict().endswith(f"over 3 seeds × 195 questions: {outcome}")
+    assert c.excludes_zero() == (outcome != "no detectable difference")
+
+
+def test_the_verdict_signs_numbers_with_the_minus_sign_and_one_decimal() -> None:
+    c = Comparison("inspo", "static", -0.01, -0.051, 0.03, 0.95, 3, 195, {}, SEEDS_T)
+    assert c.verdict() == (
+        "inspo − static: −1.0 EM points [−5.1, +3.0] over 3 seeds × 195 questions: no detectable difference"
+    )
+    tiny = Comparison("a", "b", -0.0001, -0.02, 0.02, 0.95, 2, 10, {}, SEEDS_T)
+    assert tiny.verdict("F1 points").startswith("a − b: +0.0 F1 points [−2.0, +2.0]")
+    assert "-" not in tiny.verdict()
+
+
+def test_a_one_seed_verdict_says_its_interval_counts_no_seed_variance() -> None:
+    c = Comparison("inspo", "static", 0.05, 0.01, 0.09, 0.95, 1, 195, {0: 0.05}, QUESTIONS_T)
+    assert "over 1 seed × 195 questions (one seed: the interval counts question sampling only" in c.verdict()
+    assert c.verdict().endswith(": inspo better than static")
+
+
+@pytest.mark.parametrize(
+    ("arm", "base", "message"),
+    [
+        ({}, {0: {"a": 1.0}}, "no scores"),
+        ({0: {"a": 1.0, "b": 0.0}}, {1: {"a": 1.0, "b": 0.0}}, "share no seed"),
+        ({0: {"a": 1.0, "b": 0.0}}, {0: {"c": 1.0, "d": 0.0}}, "share 0 question"),
+        ({0: {"a": 1.0, "b": 0.0}}, {0: {"a": 1.0, "c": 0.0}}, "share 1 question"),
+        ({0: {"a": 1.5, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "'a': score 1.5 is not in"),
+        ({0: {"a": math.nan, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "score nan is not in"),
+        ({0: {"a": "1", "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "score '1' is not in"),
+        ({"0": {"a": 1.0, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "seed '0' is not an integer"),
+    ],
+)
+def test_bad_input_is_a_value_error_that_says_what_is_wrong(arm: object, base: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        compare("inspo", arm, "static", base)  # type: ignore[arg-type]
+
+
+def test_arm_summary_refuses_an_arm_without_scores_or_with_an_empty_seed() -> None:
+    with pytest.raises(ValueError, match="no scores"):
+        arm_summary("static", {})
+    with pytest.raises(ValueError, match=r"seeds \[2\] have no scores"):
+        arm_summary("static", {1: {"a": 1.0}, 2: {}})
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Seeds needed
+
+
+def comparison_with(per_seed_sd: float, seeds: int = 3, question_part: float = 0.0) -> Comparison:
+    return Comparison("a", "b", 0.0, -0.1, 0.1, 0.95, seeds, 200, {}, SEEDS_T, per_seed_sd**2 / seeds, question_part)
+
+
+def test_seeds_needed_shrinks_as_the_difference_to_detect_grows() -> None:
+    counts = [seeds_needed(comparison_with(0.05), d) for d in (0.01, 0.02, 0.04, 0.08)]
+    assert all(isinstance(n, int) for n in counts)
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+    assert seeds_needed(comparison_with(0.05), -0.02) == counts[1]
+
+
+def test_seeds_needed_is_none_with_one_seed_or_when_shared_questions_alone_hide_the_difference() -> None:
+    assert seeds_needed(comparison_with(0.05, seeds=1), 0.02) is None
+    assert seeds_needed(comparison_with(0.05, question_part=0.01**2), 0.02) is None  # (1.96 + 0.84)·0.01 > 0.02
+    with pytest.raises(ValueError, match="non-zero"):
+        seeds_needed(comparison_with(0.05), 0.0)
+
+
+def test_the_seeds_needed_give_about_the_power_asked_for_in_simulation() -> None:
+    per_seed_sd, difference = 0.03, 0.02
+    n = seeds_needed(comparison_with(per_seed_sd), difference)
+    assert n is not None
+    rng = np.random.default_rng(3)
+    d = difference + rng.normal(0.0, per_seed_sd, (2000, n, 1)) + np.zeros((1, 1, 2))
+    iv = seed_question_interval(d)
+    power = float(np.mean(iv.low > 0.0))
+    assert 0.75 <= power <= 0.9, (n, power)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Coverage simulation
+
+
+def test_the_simulated_true_difference_is_the_mean_difference_of_many_draws() -> None:
+    model = SimulatedExperiments(seed_sd=LARGE_SEED_SD)
+    draws = model.draw(np.random.default_rng(4), 2000, 5)
+    standard_error = draws.mean(axis=(1, 2)).std() / math.sqrt(draws.shape[0])
+    assert abs(draws.mean() - model.true_difference()) < 4 * standard_error
+
+
+@pytest.mark.parametrize("seeds", [3, 10])
+@pytest.mark.parametrize("seed_sd", [SMALL_SEED_SD, LARGE_SEED_SD])
+def test_the_95_percent_interval_covers_the_true_difference_93_to_97_percent_of_the_time(
+    seeds: int, seed_sd: float
+) -> None:
+    model = SimulatedExperiments(seed_sd=seed_sd)
+    d = model.draw(np.random.default_rng(seeds * 1000 + int(seed_sd * 100)), SIMULATIONS, seeds)
+    iv = seed_question_interval(d)
+    truth = model.true_difference()
+    coverage = float(np.mean((iv.low <= truth) & (truth <= iv.high)))
+    assert 0.93 <= coverage <= 0.97, coverage
+
+
+@pytest.mark.parametrize("seeds", [3, 10])
+def test_the_pooled_one_level_bootstrap_under_covers_when_seed_variance_is_large(seeds: int) -> None:
+    rng = np.random.default_rng(seeds)
+    coverage = {}
+    for seed_sd in (SMALL_SEED_SD, LARGE_SEED_SD):
+        model = SimulatedExperiments(seed_sd=seed_sd)
+        low, high = pooled_bootstrap_intervals(model.draw(rng, SIMULATIONS, seeds), rng, resamples=1000)
+        truth = model.true_difference()
+        coverage[seed_sd] = float(np.mean((low <= truth) & (truth <= high)))
+    assert coverage[LARGE_SEED_SD] < 0.85, coverage
+    assert coverage[LARGE_SEED_SD] < coverage[SMALL_SEED_SD] - 0.08, coverage
+
+
+def test_the_vectorised_pooled_bootstrap_is_paired_bootstrap_over_pooled_answers() -> None:
+    rng = np.random.default_rng(5)
+    d = SimulatedExperiments(seed_sd=LARGE_SEED_SD, questions=100).draw(rng, 1, 3)
+    low, high = pooled_bootstrap_intervals(d, rng, resamples=4000)
+    pooled = d.reshape(-1)
+    reference = paired_bootstrap(list(np.maximum(pooled, 0.0)), list(np.maximum(-pooled, 0.0)), resamples=4000)
+    assert reference.mean == pytest.approx(float(pooled.mean()))
+    assert (float(low[0]), float(high[0])) == (
+        pytest.approx(reference.low, abs=0.01),
+        pytest.approx(reference.high, abs=0.01),
+    )
