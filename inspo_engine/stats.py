@@ -5,6 +5,7 @@ simulation that checks the intervals' coverage; no models, no I/O."""
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import statistics
 from collections.abc import Mapping, Sequence
@@ -242,10 +243,10 @@ def _checked(arm: str, scores: Scores) -> Scores:
     if not scores:
         raise ValueError(f"arm {arm!r} has no scores")
     for seed, by_question in scores.items():
-        if not isinstance(seed, int) or isinstance(seed, bool):
+        if not isinstance(seed, numbers.Integral) or isinstance(seed, bool):
             raise ValueError(f"arm {arm!r}: seed {seed!r} is not an integer")
         for question, score in by_question.items():
-            ok = isinstance(score, int | float) and not isinstance(score, bool) and 0.0 <= score <= 1.0
+            ok = isinstance(score, numbers.Real) and not isinstance(score, bool) and 0.0 <= score <= 1.0
             if not ok:
                 raise ValueError(f"arm {arm!r}, seed {seed}, question {question!r}: score {score!r} is not in [0, 1]")
     return scores
@@ -287,7 +288,7 @@ def _paired_matrix(
         raise ValueError(
             f"{arm!r} and {baseline!r} share {len(common)} question id(s) over seeds {seeds}; need at least 2"
         )
-    questions = sorted(common)
+    questions = sorted(common, key=str)
     d = np.array(
         [[float(scores[s][q]) - float(baseline_scores[s][q]) for q in questions] for s in seeds], dtype=np.float64
     )
@@ -297,7 +298,8 @@ def _paired_matrix(
 def compare(
     arm: str, scores: Scores, baseline: str, baseline_scores: Scores, *, level: float = 0.95, seed: int = 0
 ) -> Comparison:
-    """arm − baseline on the common (seed, question) pairs, with `seed_question_interval`'s interval.
+    """arm − baseline on the common (seed, question) pairs, with `seed_question_interval`'s interval clipped to the
+    differences scores in [0, 1] can have, [−1, 1].
 
     `seed` is accepted for callers written against a bootstrap; the interval is analytic and draws nothing.
 
@@ -305,7 +307,7 @@ def compare(
     >>> base = {s: {"a": 0.0, "b": 0.0} for s in range(3)}
     >>> c = compare("inspo", arm, "static", base)
     >>> c.verdict()
-    'inspo − static: +50.0 EM points [−74.2, +174.2] over 3 seeds × 2 questions: no detectable difference'
+    'inspo − static: +50.0 EM points [−74.2, +100.0] over 3 seeds × 2 questions: no detectable difference'
     """
     _checked(arm, scores)
     _checked(baseline, baseline_scores)
@@ -315,8 +317,8 @@ def compare(
         arm=arm,
         baseline=baseline,
         mean=float(interval.mean),
-        low=float(interval.low),
-        high=float(interval.high),
+        low=max(float(interval.low), -1.0),
+        high=min(float(interval.high), 1.0),
         level=level,
         seeds=len(seeds),
         questions=len(questions),

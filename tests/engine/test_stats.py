@@ -58,20 +58,30 @@ def test_the_interval_of_two_seeds_by_three_questions_adds_the_shared_question_p
     # var(per-seed means) = 1/18 → seed part 1/36; MS_q = 2·[(⅚)² + (⅙)² + (⅔)²]/2 = 7/6;
     # residuals ±⅙ (four) and ±⅓ (two) → SS_e = ⅓ over 2 df → MS_e = ⅙; question part (7/6 − ⅙)/6 = ⅙.
     half = math.sqrt(math.tan(math.pi * 0.475) ** 2 / 36 + Z975**2 / 6)
+    iv = seed_question_interval([[1, 0, 0], [1, 0, -1]])
+    assert (float(iv.low), float(iv.high)) == (pytest.approx(1 / 6 - half), pytest.approx(1 / 6 + half))
     c = compare("inspo", arm, "static", base)
     assert c.mean == pytest.approx(1 / 6)
-    assert (c.low, c.high) == (pytest.approx(1 / 6 - half), pytest.approx(1 / 6 + half))
+    assert (c.low, c.high) == (-1.0, 1.0)  # clipped: no EM difference lies outside [−1, 1]
     assert (c.seed_part, c.question_part) == (pytest.approx(1 / 36), pytest.approx(1 / 6))
     assert c.per_seed == {0: pytest.approx(1 / 3), 1: 0.0}
     assert (c.seeds, c.questions, c.method) == (2, 3, SEEDS_T)
 
 
 def test_with_one_seed_the_interval_is_a_t_interval_over_questions() -> None:
+    # d = [1, 0, −1]: mean 0, sample variance 1, so half-width t(2)·√(1/3) ≈ 2.48 (compare clips it to [−1, 1]).
+    iv = seed_question_interval([[1, 0, -1]])
+    assert (float(iv.low), float(iv.high)) == (pytest.approx(-4.302653 / 3**0.5), pytest.approx(4.302653 / 3**0.5))
+    assert (float(iv.seed_part), float(iv.question_part)) == (0.0, pytest.approx(1 / 3))
     c = compare("inspo", scores_of([[1, 0, 0]]), "static", scores_of([[0, 0, 1]]))
-    # d = [1, 0, −1]: mean 0, sample variance 1, so half-width t(2)·√(1/3).
-    assert (c.low, c.high) == (pytest.approx(-t_quantile(0.975, 2) / math.sqrt(3)), pytest.approx(4.302653 / 3**0.5))
-    assert c.method == QUESTIONS_T
+    assert (c.low, c.high, c.seeds, c.method) == (-1.0, 1.0, 1, QUESTIONS_T)
     assert "one seed" in c.verdict()
+
+
+def test_it_takes_numpy_numbers_as_seeds_and_scores() -> None:
+    arm = {np.int64(0): {"a": np.float64(1.0), "b": np.int64(0)}, np.int64(1): {"a": 1.0, "b": 1.0}}
+    c = compare("inspo", arm, "static", {0: {"a": 0.0, "b": 0.0}, 1: {"a": 0.0, "b": 1.0}})
+    assert (c.seeds, c.mean) == (2, 0.5)
 
 
 def test_a_wider_level_gives_a_wider_interval() -> None:
@@ -145,6 +155,7 @@ def test_a_one_seed_verdict_says_its_interval_counts_no_seed_variance() -> None:
         ({0: {"a": math.nan, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "score nan is not in"),
         ({0: {"a": "1", "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "score '1' is not in"),
         ({"0": {"a": 1.0, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "seed '0' is not an integer"),
+        ({0: {"a": True, "b": 0.0}}, {0: {"a": 1.0, "b": 0.0}}, "score True is not in"),
     ],
 )
 def test_bad_input_is_a_value_error_that_says_what_is_wrong(arm: object, base: object, message: str) -> None:
