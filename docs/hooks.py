@@ -9,7 +9,11 @@ from typing import Any
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
 
-GENERATED = {"configuration.md": ("gen_config", "config_reference"), "modules.md": ("gen_modules", "modules_reference")}
+GENERATED = {
+    "configuration.md": ("gen_config", "config_reference"),
+    "settings.md": ("gen_settings", "settings_reference"),
+    "modules.md": ("gen_modules", "modules_reference"),
+}
 """Pages made at build time ({page: (module beside this file, its function that returns the page)}); never on disk."""
 
 

@@ -77,6 +77,15 @@ def test_every_field_has_a_docstring_for_the_reference() -> None:
     assert not undocumented, f"config fields without a docstring under them: {undocumented}"
 
 
+def test_the_settings_page_lists_every_variable_settings_py_reads() -> None:
+    settings = (ROOT / "webapp" / "config" / "settings.py").read_text(encoding="utf-8")
+    read = set(re.findall(r"(?:env_\w+|os\.environ\.get)\(\s*\"([A-Z][A-Z0-9_]+)\"", settings))
+    page = _docs_module("gen_settings").settings_reference()
+
+    assert "INSPO_TEAM_MAX_ACTIVE_RUNS" in read
+    assert not [name for name in read if f"| `{name}` |" not in page]
+
+
 def test_the_readme_is_a_front_page_of_at_most_200_lines() -> None:
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
 
@@ -126,3 +135,4 @@ def test_the_site_builds_with_mkdocs_strict(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "site" / "configuration" / "index.html").is_file()
     assert (tmp_path / "site" / "modules" / "index.html").is_file()
+    assert (tmp_path / "site" / "settings" / "index.html").is_file()
