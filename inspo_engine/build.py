@@ -87,11 +87,13 @@ def build_run(
     retriever_policy: NetPolicy | None = None,
     optimizer_policy: NetPolicy | None = None,
     control: ControlChannel | None = None,
+    inputs: RunInputs | None = None,
 ) -> CoEvolution:
-    """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere). The policies
-    confine URLs that a user chose (the retriever's, the optimizer's base URL); None trusts the URL. `control`
-    brings a person's requests (see `control`); None: nobody steers the run."""
-    inputs = load_inputs(config)
+    """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere, such as verl's
+    policy), and so may `inputs` (default `load_inputs`; the verl job's questions are its dataset's). The policies
+    confine URLs that a user chose (the retriever's, the optimizer's base URL, checked by its client on every
+    request); None trusts the URL. `control` brings a person's requests (see `control`); None: nobody steers."""
+    inputs = load_inputs(config) if inputs is None else inputs
     if backend is None:
         retriever = make_retriever(config, inputs.corpus, cache_dir, retriever_policy)
         backend = make_backend(config, retriever, cache_dir)

@@ -159,6 +159,7 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
             should_stop=stop,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,
+            optimizer_policy=access.optimizer_policy,
             on_start=started,
             on_poll=relay.sync,
         )

@@ -27,6 +27,7 @@ from typing import Any
 from ...checkpoints import CHECKPOINTS_DIR, STATE_FILE, checkpoint_step, latest_checkpoint
 from ...config import RunConfig
 from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, api_key_from_env
+from ...netpolicy import NetPolicy
 from ...types import Question
 from .overrides import AGENT_NAME, Cluster, RunPaths, quote, verl_overrides
 
@@ -34,6 +35,8 @@ EVENTS_FILE = "events.jsonl"
 STOP_FILE = "STOP"
 VERL_DIR = "verl"
 MAIN_MODULE = "inspo_engine.backends.verl.main"
+OPTIMIZER_POLICY = "optimizer_policy"
+"""The `inspo` key under which the job finds the network policy for its optimizer's base URL."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +98,11 @@ def prepare(
     resume_step: int | None = None,
     python: str = sys.executable,
     extra: Sequence[str] = (),
+    optimizer_policy: NetPolicy | None = None,
 ) -> Job:
-    """Write the run's config and data and return the job; `resume_step` continues from that engine checkpoint."""
+    """Write the run's config and data and return the job; `resume_step` continues from that engine checkpoint.
+    `optimizer_policy` goes to the job, whose optimizer client checks every request against it (None: the URL is
+    the operator's own)."""
     if config.env.retriever != "remote" or not config.env.retriever_url:
         raise ValueError(
             "the verl backend retrieves through a Search-R1 /retrieve server: set env.retriever='remote' and "
@@ -117,6 +123,7 @@ def prepare(
     )
     overrides = verl_overrides(config, cluster=cluster, paths=paths, experiment=out_dir.name)
     overrides += resume_overrides(out_dir, resume_step) if resume_step is not None else []
+    overrides += policy_overrides(optimizer_policy) if optimizer_policy is not None else []
     argv = [python, "-m", MAIN_MODULE, *overrides, *extra]
     return Job(argv=argv, out_dir=out_dir, events=out_dir / EVENTS_FILE, stop_file=out_dir / STOP_FILE)
 
@@ -133,6 +140,16 @@ def resume_overrides(out_dir: Path, step: int) -> list[str]:
     """Resume verl from its shards of `step`; the population comes from the engine checkpoint of that step."""
     path = f"{out_dir / VERL_DIR}/global_step_{step}"
     return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={quote(path)}"]
+
+
+def policy_overrides(policy: NetPolicy) -> list[str]:
+    """The policy as `+inspo.optimizer_policy.*` overrides (quoted: no host can become an interpolation); the
+    job reads them back with `main.job_policy`."""
+    key = f"+inspo.{OPTIMIZER_POLICY}"
+    return [
+        f"{key}.allowed_hosts=[{','.join(quote(host) for host in policy.allowed_hosts)}]",
+        f"{key}.private_hosts=[{','.join(quote(host) for host in policy.private_hosts)}]",
+    ]
 
 
 def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:

@@ -18,18 +18,14 @@ The boundary of the last step runs in `finish`. Schedules (K_p, K_e, T_e, checkp
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ...backends.base import PolicyBackend
 from ...coevolution import CoEvolution, RunResult
-from ...config import RunConfig
-from ...control import ControlChannel
 from ...env.protocol import Placement, chat_messages
-from ...events import EvalCompleted, EventSink
-from ...optimizers.base import OptimizerClient
+from ...events import EvalCompleted
 from ...population import Instruction, Population
 from ...replay import ReplayBuffer
 from ...types import Question, Trajectory
@@ -101,33 +97,15 @@ def engine_metrics(metrics: Mapping[str, Any]) -> dict[str, float]:
 class VerlLoop:
     """A CoEvolution whose steps are driven by verl's `RayPPOTrainer.fit` (see the module docstring)."""
 
-    def __init__(
-        self,
-        config: RunConfig,
-        *,
-        policy: PolicyBackend,
-        train_questions: Sequence[Question],
-        optimizer: OptimizerClient | None,
-        sink: EventSink,
-        out_dir: Any = None,
-        should_stop: Callable[[], bool] = lambda: False,
-        control: ControlChannel | None = None,
-    ) -> None:
+    def __init__(self, coevolution: CoEvolution) -> None:
+        """`coevolution` is the run as `build.build_run` wires it, with verl's policy as its backend."""
+        config = coevolution.config
         if config.mode not in ("online", "static", "random-pool"):
             raise UnsupportedMode(
                 f"mode {config.mode!r} optimises instructions with a frozen policy; the verl backend trains at every "
                 "step (use mode online, static or random-pool, or the torch backend)"
             )
-        self.coevolution = CoEvolution(
-            config,
-            backend=policy,
-            train_questions=train_questions,
-            optimizer=optimizer,
-            sink=sink,
-            out_dir=out_dir,
-            should_stop=should_stop,
-            control=control,
-        )
+        self.coevolution = coevolution
         self.pending: int | None = None
         """The step whose boundary (prune, evolve, checkpoint) has not run yet."""
         self._by_uid: dict[str, Instruction] = {}

@@ -27,8 +27,9 @@ from ...config import RunConfig
 from ...control import FileControlChannel
 from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
 from ...events import JsonlSink
+from ...netpolicy import NetPolicy
 from .config import compose
-from .launcher import EVENTS_FILE, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
+from .launcher import EVENTS_FILE, OPTIMIZER_POLICY, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
 from .loop import VerlLoop, question_of
 
 FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE)
@@ -46,8 +47,10 @@ def checkpoint_state(out_dir: Path, step: int) -> dict[str, Any]:
 
 
 def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
-    """The engine's loop for this job, from the `inspo` section of the config."""
-    from ...optimizers import optimizer_for
+    """The engine's loop for this job, wired by `build.build_run` as every run is: the `inspo` section names the run
+    config, the run directory and the network policy its optimizer client checks each request against (see
+    `launcher.policy_overrides`); the questions are the job's dataset's, and verl validates on its own files."""
+    from ...build import RunInputs, build_run
     from .trainer import VerlPolicy
 
     inspo = config.inspo
@@ -67,18 +70,32 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         placement=run_config.env.instruction_placement,
     )
     questions = [question_of(info) for info in train_dataset.dataframe["extra_info"]]
-    cache_dir = cache_dir_from_env(os.environ)
-    loop = VerlLoop(
+    coevolution = build_run(
         run_config,
-        policy=policy,
-        train_questions=questions,
-        optimizer=optimizer_for(run_config, cache_dir, os.environ.get(API_KEY_VARIABLE) or None),
-        sink=JsonlSink(out_dir / EVENTS_FILE),
         out_dir=out_dir,
+        cache_dir=cache_dir_from_env(os.environ),
+        sink=JsonlSink(out_dir / EVENTS_FILE),
+        api_key=os.environ.get(API_KEY_VARIABLE) or None,
         should_stop=lambda: (out_dir / STOP_FILE).exists(),
+        backend=policy,
+        optimizer_policy=job_policy(inspo),
         control=FileControlChannel(out_dir),
+        inputs=RunInputs(train=questions, eval_sets={}, corpus=None),
     )
+    loop = VerlLoop(coevolution)
     return loop
+
+
+def job_policy(inspo: Any) -> NetPolicy | None:
+    """The network policy the caller gave the job (`launcher.policy_overrides`), or None: its optimizer's URL is
+    the operator's own and needs none."""
+    if inspo.get(OPTIMIZER_POLICY) is None:
+        return None
+    section = inspo[OPTIMIZER_POLICY]
+    return NetPolicy(
+        allowed_hosts=tuple(str(host) for host in section.allowed_hosts),
+        private_hosts=tuple(str(host) for host in section.private_hosts),
+    )
 
 
 @ray.remote(num_cpus=1)

@@ -24,6 +24,7 @@ from inspo_engine.backends.verl.loop import INSTRUCTION_ID, UnsupportedMode, Ver
 from inspo_engine.backends.verl.main import checkpoint_state  # noqa: E402
 from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
 from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, VerlPolicy  # noqa: E402
+from inspo_engine.build import RunInputs, build_run  # noqa: E402
 from inspo_engine.config import RunConfig  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.events import (  # noqa: E402
@@ -38,7 +39,6 @@ from inspo_engine.events import (  # noqa: E402
     RunStarted,
     StepCompleted,
 )
-from inspo_engine.optimizers import optimizer_for  # noqa: E402
 from inspo_engine.presets import preset  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
@@ -97,7 +97,8 @@ def instruction_of(prompt: list[dict[str, str]]) -> str:
 
 
 class Harness:
-    """A VerlLoop with a VerlPolicy over the fake rollout manager, and verl-shaped batches for each step."""
+    """A VerlLoop with a VerlPolicy over the fake rollout manager, wired by `build_run` as the job wires it, and
+    verl-shaped batches for each step."""
 
     def __init__(self, config: RunConfig, out_dir: Path, sink: ListSink | None = None) -> None:
         self.config = config
@@ -111,12 +112,14 @@ class Harness:
         self.loop: VerlLoop
         self.policy = VerlPolicy(trainer, verl_dir=out_dir / "verl", merge=self.merge, step=lambda: self.loop.step)
         self.loop = VerlLoop(
-            config,
-            policy=self.policy,
-            train_questions=questions(16),
-            optimizer=optimizer_for(config, out_dir, None),
-            sink=self.sink,
-            out_dir=out_dir,
+            build_run(
+                config,
+                out_dir=out_dir,
+                cache_dir=out_dir,
+                sink=self.sink,
+                backend=self.policy,
+                inputs=RunInputs(train=questions(16), eval_sets={}, corpus=None),
+            )
         )
         self.data_rng = random.Random(1)
 
