@@ -3,8 +3,10 @@
 import "./styles.css";
 import { Api } from "./api";
 import { comparePage } from "./pages/compare";
+import { experimentPage } from "./pages/experiment";
 import { lineagePage } from "./pages/lineage";
 import { listPage } from "./pages/list";
+import { newExperimentPage } from "./pages/newExperiment";
 import { newRunPage } from "./pages/newRun";
 import { runPage } from "./pages/run";
 import { trajectoriesPage } from "./pages/trajectories";
@@ -16,6 +18,8 @@ const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | voi
   compare: comparePage,
   list: listPage,
   new: newRunPage,
+  experiment: experimentPage,
+  "new-experiment": newExperimentPage,
 };
 
 const root = document.getElementById("app");

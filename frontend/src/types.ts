@@ -2,7 +2,7 @@
  * webapp/runs/outputs.py, as the OpenAPI schema documents them (tests/webapp/test_api_types.py holds the two to the
  * same fields). */
 
-export type RunStatus = "queued" | "running" | "cancelling" | "finished" | "cancelled" | "failed";
+export type RunStatus = "pending" | "queued" | "running" | "cancelling" | "finished" | "cancelled" | "failed";
 
 export const ACTIVE_STATUSES: readonly RunStatus[] = ["queued", "running", "cancelling"];
 
@@ -370,4 +370,97 @@ export interface HeatmapAnswer extends Trajectory {
 export interface HeatmapCellDetail extends HeatmapCell {
   instruction_text: string;
   trajectories: HeatmapAnswer[];
+}
+
+/** ExperimentOutputSerializer (webapp/experiments/outputs.py): `GET experiments/`, and the experiment in a detail. */
+export interface Experiment {
+  id: number;
+  team: string;
+  created_by: string | null;
+  name: string;
+  preset: string;
+  overrides: Record<string, unknown>;
+  arms: Record<string, Record<string, unknown>>;
+  seeds: number[];
+  evaluation: Record<string, unknown>;
+  baseline: string;
+  status: "running" | "cancelled";
+  run_count: number;
+  created_at: string;
+}
+
+/** One run of an experiment (ExperimentRunOutputSerializer). */
+export interface ExperimentRun {
+  id: string;
+  name: string;
+  arm: string;
+  seed: number;
+  status: RunStatus;
+  step: number;
+  total_steps: number;
+  error: string;
+}
+
+export interface SeedsNeeded {
+  difference: number;
+  seeds: number | null;
+}
+
+/** An arm against the baseline arm: the mean EM difference (0–1) and its interval over seeds and questions. */
+export interface VerdictComparison {
+  mean: number;
+  low: number;
+  high: number;
+  level: number;
+  seeds: number;
+  questions: number;
+  per_seed: Record<string, number>;
+  method: string;
+  excludes_zero: boolean;
+  seeds_needed: SeedsNeeded;
+}
+
+/** Training reward per step over an arm's seeds: mean and the band from the lowest to the highest seed. */
+export interface RewardCurve {
+  steps: number[];
+  mean: number[];
+  low: number[];
+  high: number[];
+  seeds: number[];
+}
+
+export interface ArmResult {
+  arm: string;
+  overrides: Record<string, unknown>;
+  seeds: number[];
+  mean_em: number | null;
+  mean_f1: number | null;
+  per_seed_em: Record<string, number>;
+  questions: number;
+  reward_last: number | null;
+  reward_curve: RewardCurve;
+  comparison: VerdictComparison | null;
+  verdict: string | null;
+}
+
+export interface MissingRun {
+  arm: string;
+  seed: number;
+}
+
+export interface ExperimentResults {
+  baseline: string;
+  level: number;
+  arms: ArmResult[];
+  missing: MissingRun[];
+  complete: boolean;
+}
+
+/** ExperimentDetailOutputSerializer: `GET experiments/<id>/`. */
+export interface ExperimentDetail {
+  experiment: Experiment;
+  state: "running" | "finished" | "cancelled";
+  runs: ExperimentRun[];
+  counts: Record<string, number>;
+  results: ExperimentResults;
 }

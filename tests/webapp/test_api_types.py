@@ -51,6 +51,15 @@ COMPONENT = {
     "HeatmapPreview": "HeatmapPreviewOutput",
     "HeatmapAnswer": "HeatmapAnswerOutput",
     "HeatmapCellDetail": "HeatmapCellDetailOutput",
+    "Experiment": "ExperimentOutput",
+    "ExperimentRun": "ExperimentRunOutput",
+    "SeedsNeeded": "SeedsNeededOutput",
+    "VerdictComparison": "VerdictComparisonOutput",
+    "RewardCurve": "RewardCurveOutput",
+    "ArmResult": "ArmResultOutput",
+    "MissingRun": "MissingRunOutput",
+    "ExperimentResults": "ExperimentResultsOutput",
+    "ExperimentDetail": "ExperimentDetailOutput",
 }
 """Each TypeScript interface and the schema component it stands for."""
 

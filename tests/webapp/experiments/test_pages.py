@@ -1,0 +1,91 @@
+"""The experiment pages: the form starts an experiment and shows the run count and cost first; the experiment page
+shows the table, the verdicts, each run linked and a compare link; bob's team gets 404 on every page of alice's
+experiment; a viewer reads but cannot start or cancel."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.experiments.conftest import finish
+from webapp.experiments.forms import cost_text
+from webapp.experiments.models import Experiment
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_form_shows_the_run_count_and_cost_before_anything_is_sent(client, alice):
+    client.force_login(alice)
+    page = client.get("/experiments/new/").content.decode()
+    assert cost_text("smoke", 2 * 3) in page  # static and inspo checked, 3 seeds
+    assert 'name="arms" value="random-pool"' in page and not Run.objects.exists()
+
+
+def test_the_form_starts_an_experiment_and_lands_on_its_page(client, alice, alice_team):
+    client.force_login(alice)
+    data = {"team": alice_team.pk, "name": "form", "preset": "smoke", "arms": ["static", "random-pool"], "seeds": 2}
+    response = client.post("/experiments/new/", {**data, "baseline": "static", "overrides": '{"total_steps": 2}'})
+    experiment = Experiment.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/experiments/{experiment.pk}/"
+    assert sorted(experiment.arms) == ["random-pool", "static"] and experiment.seeds == [0, 1]
+    assert {r.config["grpo"]["total_steps"] for r in experiment.runs.all()} == {2}
+
+
+def test_a_bad_override_in_the_form_is_shown_on_its_field(client, alice, alice_team):
+    client.force_login(alice)
+    data = {"team": alice_team.pk, "name": "bad", "preset": "smoke", "arms": ["static"], "seeds": 1}
+    response = client.post("/experiments/new/", {**data, "baseline": "static", "overrides": '{"grpo.lr": -1}'})
+    assert response.status_code == 400 and "overrides.grpo.lr" in response.content.decode()
+    assert not Experiment.objects.exists()
+
+
+def test_the_page_shows_the_table_verdicts_runs_and_a_compare_link(client, alice, experiment):
+    runs = {(r.arm, r.seed): r for r in experiment.runs.all()}
+    for (arm, seed), run in runs.items():
+        finish(run, correct=2 + seed + (arm == "inspo"))
+    client.force_login(alice)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert 'data-testid="verdict" data-arm="inspo"' in page and "inspo − static" in page
+    assert 'data-complete="true"' in page
+    for run in runs.values():
+        assert f'href="/runs/{run.pk}/"' in page and f"runs={run.pk}" in page
+    assert 'data-testid="cancel-experiment"' not in page  # it has ended
+
+
+def test_a_failed_run_leaves_the_table_over_the_finished_seeds_saying_which_are_missing(client, alice, experiment):
+    for run in experiment.runs.exclude(arm="inspo", seed=1):
+        finish(run, correct=3)
+    Run.objects.filter(experiment=experiment, arm="inspo", seed=1).update(status=Run.Status.FAILED, error="boom")
+    client.force_login(alice)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert 'data-testid="missing"' in page and "inspo seed 1" in page and "boom" in page
+
+
+def test_the_list_and_nav_lead_to_the_experiment(client, alice, experiment):
+    client.force_login(alice)
+    page = client.get("/experiments/").content.decode()
+    assert f'href="/experiments/{experiment.pk}/"' in page and 'href="/experiments/"' in page
+
+
+def test_bob_gets_404_on_every_page_of_alices_experiment(client, bob, experiment):
+    client.force_login(bob)
+    assert client.get(f"/experiments/{experiment.pk}/").status_code == 404
+    assert client.post(f"/experiments/{experiment.pk}/cancel/").status_code == 404
+    assert experiment.name not in client.get("/experiments/").content.decode()
+    assert Experiment.objects.get().status == Experiment.Status.RUNNING
+
+
+def test_a_viewer_sees_the_page_but_no_form_and_no_cancel(client, victor, experiment):
+    client.force_login(victor)
+    page = client.get(f"/experiments/{experiment.pk}/")
+    assert page.status_code == 200 and 'data-testid="cancel-experiment"' not in page.content.decode()
+    assert client.get("/experiments/new/").status_code == 403
+    assert client.post(f"/experiments/{experiment.pk}/cancel/").status_code == 403
+    assert experiment.runs.filter(status=Run.Status.QUEUED).count() == 4
+
+
+def test_a_member_cancels_from_the_page(client, mia, experiment):
+    client.force_login(mia)
+    response = client.post(f"/experiments/{experiment.pk}/cancel/")
+    assert response.status_code == 302
+    assert set(experiment.runs.values_list("status", flat=True)) == {"cancelled"}
