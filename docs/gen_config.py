@@ -120,7 +120,7 @@ def _field_table(cls: type, prefix: str) -> list[str]:
             continue
         path = prefix + field.name
         lines.append(
-            f"| `{path}` | `{_code(type_name(hint))}` | {default_text(default_of(field))} "
+            f'| <a id="{path}"></a>`{path}` | `{_code(type_name(hint))}` | {default_text(default_of(field))} '
             f"| {bound_text(path, field, hint)} | {markdown_text(docs.get(field.name, ''))} |"
         )
     return lines
@@ -147,13 +147,8 @@ def _paper_names() -> list[str]:
         "| name | field |",
         "|---|---|",
     ]
-    lines += [f"| `{name}` | [`{path}`](#{_anchor(path)}) |" for name, path in names.items()]
+    lines += [f"| `{name}` | [`{path}`](#{path}) |" for name, path in names.items()]
     return [*lines, ""]
-
-
-def _anchor(path: str) -> str:
-    section = path.split(".", 1)[0] if "." in path else "top-level-fields"
-    return section
 
 
 def _presets() -> list[str]:
@@ -181,7 +176,7 @@ def _presets() -> list[str]:
         values = [value(config, path) for config in configs]
         if any(v != value(default, path) for v in values):
             cells = [default_text(v) if v != value(default, path) else "·" for v in values]
-            lines.append(f"| `{path}` | {' | '.join(cells)} |")
+            lines.append(f"| [`{path}`](#{path}) | {' | '.join(cells)} |")
     return [*lines, ""]
 
 

@@ -42,7 +42,7 @@ def _relative_links(markdown: Path) -> list[str]:
 def test_the_configuration_page_lists_every_field_path() -> None:
     page = _docs_module("gen_config").config_reference()
 
-    missing = [path for path in field_paths() if f"| `{path}` |" not in page]
+    missing = [path for path in field_paths() if f'| <a id="{path}"></a>`{path}` |' not in page]
 
     assert not missing, f"fields absent from the configuration reference: {missing}"
 
@@ -51,7 +51,7 @@ def test_the_configuration_page_gives_each_field_its_docstring_and_bound() -> No
     gen = _docs_module("gen_config")
     page = gen.config_reference()
 
-    row = next(line for line in page.splitlines() if line.startswith("| `grpo.group_size` |"))
+    row = next(line for line in page.splitlines() if line.startswith('| <a id="grpo.group_size"></a>'))
     documented = gen.attribute_docstrings(type(RunConfig().grpo))
 
     assert "≥ 2, ≤ 64" in row
