@@ -37,7 +37,7 @@ CPU_DEMO_SEED = SEED_INSTRUCTION.replace(
 )
 """The cpu-demo's seed instruction: the paper's seed without its example answer, asking for the short answer as the
 passages write it. With the example the 135M policy searched for "Paris" and answered "Paris" to 122 of 195 test
-questions (README, "The cpu-demo", attempt 13); without it, its answers quoted the passages in a 16-step probe
+questions (the cpu-demo journal, attempt 13); without it, its answers quoted the passages in a 16-step probe
 (attempt 14), and by step 40 both policies copied the opening's sentence instead (attempt 15)."""
 
 
@@ -45,7 +45,7 @@ CPU_DEMO_OPENING = "<think> I will search for what the question asks about. </th
 """How every cpu-demo reply opens: a short thought and an open search whose query the policy writes. Left to choose,
 the 135M model searched in none of 128 sampled replies and RL drove it to answers from memory; opened this way it
 writes a query in every reply and reads the passages (in 40 steps it learns the protocol, not yet to answer from
-the passages: README, "The cpu-demo"). Its sentence is text the policy can copy, and by the end of attempt 15 both
+the passages: the cpu-demo journal). Its sentence is text the policy can copy, and by the end of attempt 15 both
 policies answered most test questions with it."""
 
 
@@ -58,8 +58,8 @@ by step 40 the static baseline of seed 0 answered 13 of 97 single-hop test quest
 
 
 def _cpu_demo() -> dict[str, Any]:
-    """A run that visibly learns the protocol and to answer in about 22 minutes on two idle cores (README, "The
-    cpu-demo"): SmolLM2-135M, the format-aware reward weighted towards searching, a reply that opens with a search
+    """A run that visibly learns the protocol and to answer in about 22 minutes on two idle cores (the cpu-demo
+    journal): SmolLM2-135M, the format-aware reward weighted towards searching, a reply that opens with a search
     the policy completes, then an answer turn the environment opens with '<answer>', short turns, a population
     seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and the final evaluation
     on the built-in test split."""

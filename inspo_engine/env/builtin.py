@@ -396,7 +396,7 @@ def builtin_dataset() -> BuiltinDataset:
 
 
 def stats_markdown() -> str:
-    """A markdown table of the built-in dataset's sizes, for the README."""
+    """A markdown table of the built-in dataset's sizes, for the docs."""
     stats = builtin_dataset().stats()
     lines = ["| split | single-hop | bridge | comparison | total |", "|---|---:|---:|---:|---:|"]
     for name in SPLITS:

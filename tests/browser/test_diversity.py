@@ -2,7 +2,7 @@
 `rules` optimizer, real MiniLM embeddings): the diversity chart draws, the banner says why the population collapsed,
 a viewer sees it without the Acknowledge button, a member acknowledges it and the banner goes. The checkpoints table
 lists the size of each download and the optimizer state only for the newest checkpoint, and a download from the page
-is the checkpoint with its population. Another team's run is a 404. The screenshots are the README's pictures."""
+is the checkpoint with its population. Another team's run is a 404. The screenshots are the docs' pictures."""
 
 from __future__ import annotations
 

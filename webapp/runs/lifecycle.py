@@ -1,7 +1,7 @@
 """The worker side of a run's life: a claim (an attempt), the rewind before a resumed attempt trains, how an
 attempt ends, what a restarted worker loses, and the sweep that fails lost and stalled runs, fails evaluations whose
 worker vanished, and hands the broker what it never received. (The user's side — submit, cancel, resume — is in
-`services`; the README draws the whole state machine.)
+`services`; docs/architecture.md draws the whole state machine.)
 
 Every status change here is a conditional update. A run changes only while the attempt that makes the change still
 holds it: a worker that lost its run (failed as lost, then resumed and claimed by another) changes nothing.

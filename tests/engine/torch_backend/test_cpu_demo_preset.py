@@ -68,7 +68,8 @@ def test_the_cpu_demo_opening_makes_the_untrained_model_search(smollm2, retrieve
 def test_the_cpu_demo_opens_the_answer_turn_so_the_untrained_model_ends_well_formed(smollm2, retriever):
     """After its passages the untrained model wrote no whole <answer>…</answer> in 32 sampled replies; the preset's
     environment opens that turn with '<answer>', and then about a third of the replies that searched end
-    well-formed (measured 35 %): a first rung that RL climbs to every reply by step 10 (README, attempt 17)."""
+    well-formed (measured 35 %): a first rung that RL climbs to every reply by step 10 (the cpu-demo journal,
+    attempt 17)."""
     model, tokenizer = smollm2
     config = preset("cpu-demo")
     settings = RolloutSettings.from_config(
