@@ -28,6 +28,8 @@ Placement = Literal["user", "system"]
 Proposer = Literal["reflection", "paraphrase", "history"]
 WeightReset = Literal["all", "new"]
 OptimizerRetention = Literal["latest", "all"]
+GRPOLoss = Literal["grpo", "dr_grpo", "dapo", "gspo"]
+RewardScaling = Literal["group", "batch", "none"]
 T = TypeVar("T")
 
 
@@ -107,10 +109,68 @@ class GRPOConfig:
     """Train LoRA adapters (peft) instead of all weights."""
     lora_rank: int = bounded(16, 1, 1024)
     """LoRA rank when use_lora is on."""
+    rollout_correction: Literal["none", "tis"] = "none"
+    """How the update corrects for rollouts sampled by other weights than the ones it scores them with (the bfloat16
+    rollout copy of backend.precision 'bf16-mixed' or backend.rollout_dtype): 'none', or 'tis' (truncated
+    importance sampling, as verl's rollout_is and TRL's vllm_importance_sampling_correction): every token's policy
+    loss is multiplied by min(π_old / π_rollout, tis_cap), detached. The mismatch metrics (rollout_logp_abs_diff,
+    rollout_kl, rollout_ratio_outside_clip) are logged whenever rollouts read a copy. Torch backend only."""
+    tis_cap: float = bounded(2.0, 1, 100)
+    """C of rollout_correction 'tis': the cap of the per-token weight (verl's rollout_is_threshold, TRL's
+    vllm_importance_sampling_cap; 2.0 in both)."""
     drop_uniform_groups: bool = False
     """Leave out of the update every group whose G rollouts all scored the same: their advantages are all 0, so
     only the KL term would train on them (DAPO's dynamic sampling, without resampling). A step where every group is
     uniform makes no update. Torch backend only."""
+    loss: GRPOLoss = "grpo"
+    """The policy loss (docs/losses.md): grpo (DeepSeekMath eq. 3: token-level clipped ratio, mean over each reply's
+    tokens, then over replies), dr_grpo (Dr. GRPO: each reply's token sum over a constant `norm_tokens`, rewards
+    not scaled by the std), dapo (DAPO eq. 8: token-mean over the whole mini-batch; clip-higher through
+    clip_ratio_high) or gspo (GSPO eq. 5–7: one length-normalised importance ratio per reply, clipped per reply)."""
+    scale_rewards: RewardScaling | None = None
+    """Divide each reply's advantage r − mean(group) by the std of its group, of the whole batch, or by nothing;
+    None = the loss's own choice ('none' for dr_grpo, 'group' otherwise). 'batch' is torch backend only."""
+    clip_ratio_high: float | None = bounded(None, 0, 10, inclusive=False)
+    """ε_high: the upper clip of the importance ratio, 1 + ε_high (DAPO's clip-higher: 0.28 with ε = 0.2); None =
+    clip_ratio, a symmetric clip."""
+    drop_truncated: bool = False
+    """DAPO's overlong filtering: replies whose last turn was cut by the token limit (or that filled the context)
+    take no part in the loss; they still count in their group's advantages. Torch backend only."""
+    norm_tokens: int = bounded(0, 0, 1_000_000)
+    """dr_grpo's constant divisor of each reply's token sum; 0 = the most tokens the policy can write in one
+    rollout, (env.max_turns + 1) × min(env.max_turn_tokens, backend.max_new_tokens)."""
+
+
+LOSS_AGGREGATION: dict[str, str] = {
+    "grpo": "seq-mean-token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+    "gspo": "seq-mean-token-mean",
+}
+"""How each loss reduces its per-token terms to a scalar, named as verl's `loss_agg_mode` names them."""
+
+
+def reward_scaling(grpo: GRPOConfig) -> RewardScaling:
+    """`grpo.scale_rewards`, or the loss's own choice when it is None: Dr. GRPO drops the std, the others keep it.
+
+    >>> [reward_scaling(GRPOConfig(loss="dr_grpo")), reward_scaling(GRPOConfig(loss="dapo"))]
+    ['none', 'group']
+    """
+    if grpo.scale_rewards is not None:
+        return grpo.scale_rewards
+    return "none" if grpo.loss == "dr_grpo" else "group"
+
+
+def loss_norm_tokens(config: RunConfig) -> int:
+    """dr_grpo's divisor: `grpo.norm_tokens`, or the most tokens the policy writes in one rollout (every turn at its
+    limit; `env.protocol.most_turns` counts max_turns + 1 turns).
+
+    >>> loss_norm_tokens(RunConfig())
+    2500
+    """
+    if config.grpo.norm_tokens:
+        return config.grpo.norm_tokens
+    return (config.env.max_turns + 1) * min(config.env.max_turn_tokens, config.backend.max_new_tokens)
 
 
 @dataclass
@@ -252,13 +312,20 @@ class BackendConfig:
     rollout_dtype: Literal["policy", "bfloat16"] = "policy"
     """Weights the torch backend's rollouts read: 'policy' (the trained weights themselves) or 'bfloat16' (a copy
     refreshed after every update; on a CPU with AMX or AVX512-BF16 decoding runs about twice as fast, but rollouts
-    then sample from a slightly different policy than the float32 one whose log-probs the update uses — the README
-    gives the measured mismatch). A policy already in that dtype (CUDA) is read directly."""
+    then sample from a slightly different policy than the float32 one whose log-probs the update uses — the docs
+    give the measured mismatch). A policy already in that dtype (CUDA) is read directly."""
     reference_dtype: Literal["policy", "bfloat16"] = "policy"
     """How the torch backend stores the frozen reference policy of the KL term: 'policy' (a float32 copy of the
     initial weights) or 'bfloat16' (its linear and embedding weights rounded to bfloat16 and widened to float32 at
     each use: the reference pass still computes in float32, in half the memory — 0.27 GB for SmolLM2-135M; the
-    README gives the measured log-prob difference). verl keeps its own reference (FSDP); LoRA runs need no copy."""
+    docs give the measured log-prob difference). verl keeps its own reference (FSDP); LoRA runs need no copy."""
+    precision: Literal["fp32", "bf16-mixed"] = "fp32"
+    """Numeric precision of the torch backend. 'fp32': float32 weights and products (rollout_dtype and
+    reference_dtype may still ask for bfloat16 copies). 'bf16-mixed': bfloat16 matrix products under autocast (CPU
+    and CUDA alike) for rollouts, old and reference log-probs and the update, while the trained weights and AdamW's
+    state stay float32 (a 5e-7 step is not rounded away) and the log-softmax, loss and advantages are float32;
+    rollouts read a bfloat16 copy and the reference is stored in bfloat16, whatever rollout_dtype and
+    reference_dtype say. docs/precision.md has the measurements. verl has its own mixed precision (FSDP)."""
 
 
 @dataclass
@@ -565,6 +632,11 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
             errors.append(FieldError("grpo.drop_uniform_groups", "is supported by the torch backend only"))
         if config.backend.reference_dtype != "policy":
             errors.append(FieldError("backend.reference_dtype", "is supported by the torch backend only"))
+        if config.backend.precision != "fp32":
+            errors.append(FieldError("backend.precision", "is supported by the torch backend only"))
+        if grpo.rollout_correction != "none":
+            errors.append(FieldError("grpo.rollout_correction", "is supported by the torch backend only"))
+        errors += _verl_loss_errors(grpo)
     if config.env.retriever == "remote" and not config.env.retriever_url:
         errors.append(FieldError("env.retriever_url", "is required when retriever is 'remote'"))
     if config.optimizer.provider == "openai" and not (config.optimizer.base_url or config.optimizer.endpoint):
@@ -572,6 +644,16 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
     if config.optimizer.provider == "local" and not config.optimizer.local_model_path:
         errors.append(FieldError("optimizer.local_model_path", "is required when provider is 'local'"))
     return errors + _check_checkpoints(config)
+
+
+def _verl_loss_errors(grpo: GRPOConfig) -> list[FieldError]:
+    """The loss settings verl 0.9.1 has no config key for (docs/losses.md lists what each backend honours)."""
+    errors = []
+    if grpo.scale_rewards == "batch":
+        errors.append(FieldError("grpo.scale_rewards", "'batch' is supported by the torch backend only"))
+    if grpo.drop_truncated:
+        errors.append(FieldError("grpo.drop_truncated", "is supported by the torch backend only"))
+    return errors
 
 
 def _check_checkpoints(config: RunConfig) -> list[FieldError]:

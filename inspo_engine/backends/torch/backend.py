@@ -20,13 +20,15 @@ from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
 from .grpo import GRPOTrainer, group_advantages
 from .model import load_policy, pick_device, resolve_model
+from .precision import NARROW_DTYPES, plan
 from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample
 
 GENERATOR_FILE = "rollout_generator.pt"
-ROLLOUT_DTYPES: dict[str, torch.dtype | None] = {"policy": None, "bfloat16": torch.bfloat16}
+ROLLOUT_DTYPES: dict[str, torch.dtype | None] = NARROW_DTYPES
 """`backend.rollout_dtype` → the dtype of the copy the rollout engine reads (None: the policy itself); likewise
-`backend.reference_dtype` → the dtype the reference policy's weights are stored in."""
+`backend.reference_dtype` → the dtype the reference policy's weights are stored in (`backend.precision`
+'bf16-mixed' makes both bfloat16)."""
 TRAINING_DIR = OPTIMIZER_DIR
 
 
@@ -44,17 +46,22 @@ class TorchBackend:
         model_path: Path | None = None,
         score_batch: int = 32,
     ) -> None:
-        self.device, dtype = pick_device(config.backend.device)
+        self.device = pick_device(config.backend.device)
         self.on_cpu = self.device.type == "cpu"
-        path = model_path or resolve_model(config.backend.model, cache_dir)
-        model, tokenizer = load_policy(path, device=self.device, dtype=dtype)
+        backend = config.backend
+        self.precision = plan(
+            backend.precision, rollout_dtype=backend.rollout_dtype, reference_dtype=backend.reference_dtype
+        )
+        path = model_path or resolve_model(backend.model, cache_dir)
+        model, tokenizer = load_policy(path, device=self.device, dtype=self.precision.master)
         self.tokenizer = tokenizer
         self.trainer = GRPOTrainer(
             model,
             tokenizer,
             config.grpo,
             device=self.device,
-            reference_storage=ROLLOUT_DTYPES[config.backend.reference_dtype],
+            reference_storage=self.precision.reference,
+            compute_dtype=self.precision.compute,
         )
         settings = RolloutSettings.from_config(
             config.env,
@@ -68,7 +75,7 @@ class TorchBackend:
             retriever,
             settings,
             device=self.device,
-            weights_dtype=ROLLOUT_DTYPES[config.backend.rollout_dtype],
+            weights_dtype=self.precision.rollout,
         )
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch

@@ -40,6 +40,7 @@ from .logits import (
     split_causal_lm,
     target_logprobs,
 )
+from .precision import compute_region
 from .prefix import Layout, check_sample, grouped_attention, padded_layout, shared_prefix_layout, takes_packed_mask
 from .samples import TrainSample
 
@@ -69,22 +70,23 @@ _T = TypeVar("_T")
 
 def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
     """(r_i − mean) / (std + eps) within each group, with the unbiased (n − 1) std as verl's GRPO estimator computes
-    it, so both backends normalise alike; an all-equal group (or a group of one) gets zeros.
+    it, so both backends normalise alike. An all-equal group (or a group of one) gets zeros, decided by equality:
+    the mean of equal floats need not be that float, so their std can be tiny rather than zero.
 
     >>> [round(a, 4) for a in group_advantages([[1.0, 0.0, 1.0, 0.0]], eps=0.0)[0]]
     [0.866, -0.866, 0.866, -0.866]
-    >>> group_advantages([[0.5, 0.5], [1.0]])
-    [[0.0, 0.0], [0.0]]
+    >>> group_advantages([[0.5, 0.5], [1.0], [3.094932485201144] * 3])
+    [[0.0, 0.0], [0.0], [0.0, 0.0, 0.0]]
     """
     advantages = []
     for group in rewards:
         n = len(group)
-        mean = sum(group) / n if n else 0.0
-        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (n - 1)) if n > 1 else 0.0
-        if std == 0.0:
+        if n < 2 or min(group) == max(group):
             advantages.append([0.0] * n)
-        else:
-            advantages.append([(r - mean) / (std + eps) for r in group])
+            continue
+        mean = sum(group) / n
+        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (n - 1))
+        advantages.append([(r - mean) / (std + eps) for r in group])
     return advantages
 
 
@@ -448,6 +450,8 @@ class _Widened(nn.Module):
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if self.lookup:
             return nn.functional.embedding(inputs, self.weight, self.padding_idx).to(self.compute)
+        if torch.is_autocast_enabled(inputs.device.type):  # mixed precision: the product reads the narrow weight
+            return nn.functional.linear(inputs, self.weight, self.bias)
         bias = self.bias.to(self.compute) if self.bias is not None else None
         return nn.functional.linear(inputs, self.weight.to(self.compute), bias)
 
@@ -484,6 +488,10 @@ class GRPOTrainer:
     one pass per micro-batch): the loss and gradient are unchanged, the token-mean statistics (clip fraction, ratio,
     entropy) are averaged per pass by sample share. Both bound the memory of a pass — and the heap fragmentation
     that freed activations leave behind, which is what kept the cpu-demo above 4 GB of RSS.
+
+    `compute_dtype` (bfloat16; `backend.precision` 'bf16-mixed', see `precision.py`) runs the forward passes of the
+    update and of the old and reference log-probs under autocast in that dtype, while the weights, their gradients
+    and AdamW's moments stay as loaded (float32), and log-softmax, loss and statistics are float32.
     """
 
     def __init__(
@@ -499,6 +507,7 @@ class GRPOTrainer:
         checkpoint_layers: bool = True,
         forward_tokens: int | None = FORWARD_TOKENS,
         reference_storage: torch.dtype | None = None,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         self.config = config
         self.tokenizer = tokenizer
@@ -515,6 +524,7 @@ class GRPOTrainer:
         self.path: TrainPath = "selective" if path == "shared_prefix" and not shared else path
         self.checkpoint_layers = checkpoint_layers
         self.forward_tokens = forward_tokens
+        self.compute_dtype = compute_dtype
         if ref_model is not None:
             self.ref_model: nn.Module | None = _frozen(ref_model)
         else:
@@ -643,11 +653,12 @@ class GRPOTrainer:
         shared = self.path == "shared_prefix"
         with self._loss_passes():
             for indices in forward_passes(samples, micro_size, budget=self.forward_tokens, shared=shared):
-                loss, stats = self._micro_loss(
-                    [samples[i] for i in indices],
-                    None if old_rows is None else [old_rows[i] for i in indices],
-                    [ref_rows[i] for i in indices],
-                )
+                with compute_region(self.device, self.compute_dtype):  # forward only; backward follows its dtypes
+                    loss, stats = self._micro_loss(
+                        [samples[i] for i in indices],
+                        None if old_rows is None else [old_rows[i] for i in indices],
+                        [ref_rows[i] for i in indices],
+                    )
                 share = len(indices) / len(samples)
                 torch.autograd.backward(loss * share)
                 for key, value in stats.items():
@@ -697,14 +708,15 @@ class GRPOTrainer:
         micro_size = self.batch_sizes()[1]
         for indices in forward_passes(samples, micro_size, budget=self.forward_tokens, shared=shared):
             chunk = [samples[i] for i in indices]
-            if self.path == "full":
-                batch = collate(chunk, pad_id=self.pad_id, device=self.device)
-                logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
-                rows += [logprobs[i][batch.loss_mask[i] != 0] for i in range(len(chunk))]
-            else:
-                layout = self.layout(chunk)
-                flat, _ = layout_logprobs(split_causal_lm(model), layout)
-                rows += list(torch.split(flat, layout.counts))
+            with compute_region(self.device, self.compute_dtype):
+                if self.path == "full":
+                    batch = collate(chunk, pad_id=self.pad_id, device=self.device)
+                    logprobs = token_logprobs(model, batch.input_ids, batch.attention_mask)
+                    rows += [logprobs[i][batch.loss_mask[i] != 0] for i in range(len(chunk))]
+                else:
+                    layout = self.layout(chunk)
+                    flat, _ = layout_logprobs(split_causal_lm(model), layout)
+                    rows += list(torch.split(flat, layout.counts))
         return rows
 
     def reference_logprob_rows(self, samples: Sequence[TrainSample]) -> list[torch.Tensor]:

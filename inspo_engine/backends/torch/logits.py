@@ -28,10 +28,12 @@ from torch.utils.checkpoint import checkpoint
 from transformers import PreTrainedModel
 from transformers.modeling_layers import GradientCheckpointingLayer
 
+from .precision import current_region
+
 LOGIT_CHUNK_ROWS = 256
 """Most rows whose full-vocabulary logits exist at once (256 × 49,152 float32 ≈ 50 MB for SmolLM2). The backward
 pass of a chunk holds a few tensors of that size (the recomputed logits, the softmax, the scattered target
-gradient); halving the chunk from 512 rows lowered a 2-step cpu-demo's peak by 33 MB only (README, memory)."""
+gradient); halving the chunk from 512 rows lowered a 2-step cpu-demo's peak by 33 MB only (Benchmarks, memory)."""
 
 
 _INTO_GRAD = [False]
@@ -172,6 +174,7 @@ class _LinearHeadLogprobs(torch.autograd.Function):
             normalisers.append(normaliser)
         ctx.save_for_backward(hidden, weight, targets, torch.cat(normalisers))
         ctx.head, ctx.chunk_rows, ctx.into_grad = head, chunk_rows, _INTO_GRAD[0]  # type: ignore[attr-defined]
+        ctx.region = current_region(hidden.device.type)  # type: ignore[attr-defined]
         entropy = torch.cat(entropies)
         ctx.mark_non_differentiable(entropy)
         return torch.cat(logprobs), entropy
@@ -193,14 +196,23 @@ class _LinearHeadLogprobs(torch.autograd.Function):
             grad_weight = parameter.grad
         elif want_weight:
             grad_weight = torch.zeros_like(weight)
+        autocast, autocast_dtype = ctx.region  # type: ignore[attr-defined]
+        compute = autocast_dtype if autocast else weight.dtype
+        narrow = weight.to(compute)  # under autocast the products read bfloat16, as in forward
         for start in range(0, hidden.shape[0], chunk_rows):
             stop = start + chunk_rows
             rows, wanted, scale = hidden[start:stop], targets[start:stop], grad_logprobs[start:stop]
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast(hidden.device.type, dtype=autocast_dtype, enabled=autocast):
                 grad_logits = at_least_float32(ctx.head(rows))  # type: ignore[attr-defined]
             grad_logits.sub_(normalisers[start:stop, None]).exp_().mul_(-scale[:, None].to(grad_logits.dtype))
             grad_logits.scatter_add_(-1, wanted[:, None], scale[:, None].to(grad_logits.dtype))
-            grad_logits = grad_logits.to(weight.dtype)
+            grad_logits = grad_logits.to(compute)
+            if compute != weight.dtype:  # mixed precision: bfloat16 products, added into float32 gradients
+                if grad_hidden is not None:
+                    grad_hidden[start:stop] = torch.mm(grad_logits, narrow)
+                if grad_weight is not None:
+                    grad_weight.add_(torch.mm(grad_logits.T, rows.to(compute)))
+                continue
             if grad_hidden is not None:
                 torch.mm(grad_logits, weight, out=grad_hidden[start:stop])
             if grad_weight is not None:

@@ -162,17 +162,18 @@ def load_policy(
     return model, tokenizer
 
 
-def pick_device(preference: str) -> tuple[torch.device, torch.dtype]:
-    """Device and dtype for a preference: 'auto' → CUDA + bfloat16 when a GPU is present, else CPU + float32."""
+def pick_device(preference: str) -> torch.device:
+    """The device for a preference: 'auto' → CUDA when a GPU is present, else the CPU. The weights are float32 on
+    either (bfloat16 compute is `backend.precision`'s choice: a policy stored in bfloat16 loses small updates)."""
     if preference == "auto":
         preference = "cuda" if torch.cuda.is_available() else "cpu"
     if preference == "cpu":
-        return torch.device("cpu"), torch.float32
+        return torch.device("cpu")
     if preference == "cuda":
         if not torch.cuda.is_available():
             raise DeviceUnavailableError(
                 "device 'cuda' was requested but no CUDA GPU is available to torch on this machine "
                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'none'}); use 'cpu' or 'auto'."
             )
-        return torch.device("cuda"), torch.bfloat16
+        return torch.device("cuda")
     raise ValueError(f"unknown device preference {preference!r}; choose 'auto', 'cpu' or 'cuda'")

@@ -16,6 +16,10 @@ from .turns import response_length_for
 AGENT_NAME = "inspo_search_r1"
 """The name the agent loop registers under; datasets and the trainer put it in `agent_name`."""
 
+ADVANTAGE_ESTIMATOR = "inspo_grpo"
+"""The name `advantage.py` registers its GRPO estimator under (verl's `grpo` with all-equal groups decided by
+equality); the trainer imports that module, so the name is known where verl computes advantages."""
+
 MODEL_SIZES: dict[str, dict[str, Any]] = {
     "3b": {"backend.model": "Qwen/Qwen2.5-3B", "grpo.lr": 5e-7, "env.max_turns": 4},
     "7b": {"backend.model": "Qwen/Qwen2.5-7B", "grpo.lr": 3e-7, "env.max_turns": 6},
@@ -77,7 +81,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
     )
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     pairs: list[tuple[str, Any]] = [
-        ("algorithm.adv_estimator", "grpo"),
+        ("algorithm.adv_estimator", ADVANTAGE_ESTIMATOR),
         ("algorithm.norm_adv_by_std_in_grpo", True),
         ("algorithm.use_kl_in_reward", False),
         ("data.train_batch_size", grpo.batch_size),

@@ -31,6 +31,7 @@ from ...backends.base import QuestionResult, UpdateResult
 from ...checkpoints import POLICY_DIR
 from ...env.protocol import Placement
 from ...types import Question, RolloutRequest, Trajectory
+from . import advantage  # noqa: F401  (registers the `inspo_grpo` estimator where verl computes advantages)
 from .loop import Fields, VerlLoop, data_source_counts, object_array, with_instruction
 from .overrides import AGENT_NAME
 

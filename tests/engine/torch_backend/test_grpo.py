@@ -64,6 +64,11 @@ def test_a_group_with_equal_rewards_gets_zero_advantages():
     assert group_advantages([[1.0, 1.0, 1.0], [0.0, 0.0], [0.7]]) == [[0.0, 0.0, 0.0], [0.0, 0.0], [0.0]]
 
 
+def test_an_all_equal_group_is_zero_even_when_the_mean_of_its_floats_is_not_that_float():
+    # sum([x] * 3) / 3 != x here, so the group's std is 4.4e-10 rather than 0 (found by hypothesis)
+    assert group_advantages([[3.094932485201144] * 3]) == [[0.0, 0.0, 0.0]]
+
+
 @given(st.lists(st.lists(st.floats(-10, 10, allow_nan=False), min_size=1, max_size=8), min_size=1, max_size=6))
 def test_advantages_have_zero_mean_per_group_and_zeros_for_constant_groups(rewards):
     for group, advantages in zip(rewards, group_advantages(rewards), strict=True):

@@ -82,12 +82,12 @@ def test_load_policy_pads_on_the_left_and_falls_back_to_eos_for_padding(smollm2_
     assert reloaded.pad_token == reloaded.eos_token
 
 
-def test_pick_device_prefers_cuda_with_bfloat16_and_falls_back_to_cpu(monkeypatch):
+def test_pick_device_prefers_cuda_and_falls_back_to_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert pick_device("auto") == (torch.device("cpu"), torch.float32)
-    assert pick_device("cpu") == (torch.device("cpu"), torch.float32)
+    assert pick_device("auto") == torch.device("cpu")
+    assert pick_device("cpu") == torch.device("cpu")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert pick_device("auto") == (torch.device("cuda"), torch.bfloat16)
+    assert pick_device("auto") == torch.device("cuda")
 
 
 def test_asking_for_cuda_without_a_gpu_fails_clearly(monkeypatch):

@@ -32,7 +32,7 @@ def test_the_paper_numbers_reach_verl(paper) -> None:
     assert actor.optim.lr_scheduler_type == "cosine"
     assert actor.use_kl_loss and actor.kl_loss_coef == 0.001 and actor.kl_loss_type == "low_var_kl"
     assert actor.clip_ratio == actor.clip_ratio_low == actor.clip_ratio_high == 0.2
-    assert paper.algorithm.adv_estimator == "grpo" and not paper.algorithm.use_kl_in_reward
+    assert paper.algorithm.adv_estimator == "inspo_grpo" and not paper.algorithm.use_kl_in_reward
     assert paper.data.max_prompt_length == 4096 and rollout.prompt_length == 4096
     assert rollout.multi_turn.max_assistant_turns == 4 and rollout.multi_turn.max_tool_response_length == 500
     assert paper.inspo.max_turn_tokens == 500 and paper.inspo.top_k == 3
