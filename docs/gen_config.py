@@ -18,11 +18,13 @@ import textwrap
 import types
 import typing
 from functools import cache
+from pathlib import Path
 from typing import Any, Literal
 
 from inspo_engine import config as config_module
 from inspo_engine.config import BOUNDS, RunConfig, field_paths
 
+DOCS = Path(__file__).resolve().parent
 LONG_DEFAULT = 60
 """A default longer than this (as JSON) is shown cut, with its length."""
 
@@ -106,8 +108,18 @@ def markdown_text(text: str) -> str:
             out.append(f"`{_code(piece[1:-1])}`")
         else:
             escaped = piece.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-            out.append(re.sub(r"([|*_\[\]\\])", r"\\\1", escaped))
+            out.append(_link_pages(re.sub(r"([|*_\[\]\\])", r"\\\1", escaped)))
     return "".join(out)
+
+
+def _link_pages(text: str) -> str:
+    """'docs/losses.md' in a docstring becomes a link to that page, where the page exists."""
+
+    def link(match: re.Match[str]) -> str:
+        page = match.group(1).replace("\\_", "_")
+        return f"[docs/{match.group(1)}]({page})" if (DOCS / page).is_file() else match.group(0)
+
+    return re.sub(r"docs/([\w\\/.-]+?\.md)", link, text)
 
 
 def _field_table(cls: type, prefix: str) -> list[str]:
