@@ -153,14 +153,8 @@ def _paper_names() -> list[str]:
     names: dict[str, str] = getattr(config_module, "INSPO_FIELDS", {})
     if not names:
         return []
-    lines = [
-        "The paper's names for INSPO's knobs may be used bare in `--set` and in overrides:",
-        "",
-        "| name | field |",
-        "|---|---|",
-    ]
-    lines += [f"| `{name}` | [`{path}`](#{path}) |" for name, path in names.items()]
-    return [*lines, ""]
+    pairs = ", ".join(f"`{name}` ([{path}](#{path}))" for name, path in names.items())
+    return [f"The paper's names for INSPO's knobs may be used bare in `--set` and in overrides: {pairs}.", ""]
 
 
 def _presets() -> list[str]:
