@@ -12,6 +12,7 @@ from mkdocs.structure.files import File, Files
 GENERATED = {
     "configuration.md": ("gen_config", "config_reference"),
     "settings.md": ("gen_settings", "settings_reference"),
+    "api.md": ("gen_api", "api_reference"),
     "modules.md": ("gen_modules", "modules_reference"),
 }
 """Pages made at build time ({page: (module beside this file, its function that returns the page)}); never on disk."""

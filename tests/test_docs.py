@@ -136,3 +136,4 @@ def test_the_site_builds_with_mkdocs_strict(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "configuration" / "index.html").is_file()
     assert (tmp_path / "site" / "modules" / "index.html").is_file()
     assert (tmp_path / "site" / "settings" / "index.html").is_file()
+    assert "/api/v1/runs/{run_id}/clone/" in (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
