@@ -5,6 +5,7 @@ It knows tokens and weights; it knows nothing about the population or the optimi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,13 +13,13 @@ from pathlib import Path
 import torch
 
 from ...checkpoints import OPTIMIZER_DIR
-from ...config import RunConfig
+from ...config import RunConfig, loss_norm_tokens, reward_scaling
 from ...env.protocol import Retriever
 from ...env.rewards import REWARDS
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
-from .grpo import GRPOTrainer, group_advantages
+from .grpo import GRPOTrainer, scaled_advantages
 from .model import load_policy, pick_device, resolve_model
 from .precision import NARROW_DTYPES, plan
 from .rollout import RolloutEngine, RolloutSettings
@@ -58,7 +59,7 @@ class TorchBackend:
         self.trainer = GRPOTrainer(
             model,
             tokenizer,
-            config.grpo,
+            dataclasses.replace(config.grpo, norm_tokens=loss_norm_tokens(config)),
             device=self.device,
             reference_storage=self.precision.reference,
             compute_dtype=self.precision.compute,
@@ -80,6 +81,8 @@ class TorchBackend:
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
         self.drop_uniform_groups = config.grpo.drop_uniform_groups
+        self.scale_rewards = reward_scaling(config.grpo)
+        self.drop_truncated = config.grpo.drop_truncated
         env = config.env
         self.reward = functools.partial(
             REWARDS[env.reward],
@@ -104,14 +107,19 @@ class TorchBackend:
             groups = [group for group in groups if len({t.reward for t in group}) > 1]
             if not groups:
                 return self.trainer.idle_step()
-        advantages = group_advantages([[t.reward for t in group] for group in groups])
+        advantages = scaled_advantages([[t.reward for t in group] for group in groups], self.scale_rewards)
         samples = [
             TrainSample(t.payload.prompt_ids, t.payload.response_ids, t.payload.response_mask, advantage)
             for group, group_adv in zip(groups, advantages, strict=True)
             for t, advantage in zip(group, group_adv, strict=True)
-            if t.payload is not None and t.payload.response_ids
+            if t.payload is not None and t.payload.response_ids and not (self.drop_truncated and t.payload.truncated)
         ]
+        if not samples:  # DAPO's overlong filtering (`grpo.drop_truncated`) can leave nothing to train on
+            return self.trainer.idle_step()
         result = self.trainer.update(samples)
+        if self.drop_truncated:
+            cut = [t for group in groups for t in group if t.payload is not None and t.payload.truncated]
+            result.metrics["dropped_truncated"] = float(len(cut))
         self._release()
         return result
 

@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from ...config import GRPOConfig
+from ...config import LOSS_AGGREGATION, GRPOConfig, GRPOLoss, RewardScaling
 from ..base import UpdateResult
 from .logits import (
     CausalLMParts,
@@ -90,6 +90,32 @@ def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> l
     return advantages
 
 
+def scaled_advantages(rewards: Sequence[Sequence[float]], scale: RewardScaling, eps: float = 1e-6) -> list[list[float]]:
+    """r_i − mean(group), divided by the std of the group (`group_advantages`, GRPO and DAPO eq. 10), by the std of
+    every reward in the batch (TRL's `scale_rewards='batch'`), or by nothing (Dr. GRPO, Sec. 3.1). An all-equal
+    group (or a group of one) gets exact zeros in every case.
+
+    >>> scaled_advantages([[1.0, 0.0], [0.5, 0.5]], "none")
+    [[0.5, -0.5], [0.0, 0.0]]
+    >>> [round(a, 4) for a in scaled_advantages([[1.0, 0.0], [1.0, 1.0]], "batch", eps=0.0)[0]]
+    [1.0, -1.0]
+    """
+    if scale == "group":
+        return group_advantages(rewards, eps)
+    centred = [
+        [0.0] * len(group)
+        if len(group) < 2 or min(group) == max(group)
+        else [r - sum(group) / len(group) for r in group]
+        for group in rewards
+    ]
+    if scale == "none":
+        return centred
+    flat = [r for group in rewards for r in group]
+    mean = sum(flat) / len(flat) if flat else 0.0
+    std = math.sqrt(sum((r - mean) ** 2 for r in flat) / (len(flat) - 1)) if len(flat) > 1 else 0.0
+    return [[a / (std + eps) for a in group] for group in centred]
+
+
 # -- per-token log-probs and the policy loss -------------------------------------------------------------------
 
 
@@ -140,6 +166,77 @@ def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return masked_mean(values, mask, dim=-1).mean()
 
 
+# -- loss variants (docs/losses.md) ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LossOptions:
+    """Which policy loss `grpo_loss` takes, beyond the clip ratio ε and the KL weight β that every variant has."""
+
+    variant: GRPOLoss = "grpo"
+    clip_ratio_high: float | None = None
+    """ε_high of the upper clip 1 + ε_high; None: ε, a symmetric clip."""
+    norm_tokens: int = 0
+    """dr_grpo's constant divisor of each reply's token sum (required > 0 for dr_grpo)."""
+
+    def __post_init__(self) -> None:
+        if self.variant == "dr_grpo" and self.norm_tokens <= 0:
+            raise ValueError("dr_grpo needs norm_tokens > 0 (config.loss_norm_tokens resolves it)")
+
+    @classmethod
+    def from_config(cls, config: GRPOConfig) -> LossOptions:
+        """The options of `config`, whose `norm_tokens` must be resolved already (`config.loss_norm_tokens`)."""
+        return cls(config.loss, config.clip_ratio_high, config.norm_tokens)
+
+
+def importance_ratio(
+    variant: GRPOLoss, logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """[B, T] importance ratios: each token's π_θ/π_old (GRPO eq. 3, DAPO eq. 9), or for gspo its reply's
+    s_i = exp(mean over the reply's trained tokens of log π_θ/π_old) on every token of the reply (GSPO eq. 7).
+    Untrained positions (observations, padding) hold exactly 1 and pass no gradient."""
+    trained = mask != 0
+    log_ratio = torch.where(trained, logprobs - old_logprobs, torch.zeros_like(logprobs))
+    if variant == "gspo":
+        sequence = masked_mean(log_ratio, mask, dim=-1).unsqueeze(-1)
+        log_ratio = torch.where(trained, sequence.expand_as(log_ratio), torch.zeros_like(log_ratio))
+    return torch.exp(log_ratio)
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, *, clip_low: float, clip_high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token loss −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A) for ratios [B, T] and advantages [B], and where
+    the clip decided it (bool [B, T])."""
+    advantage = advantages.to(ratio.dtype).unsqueeze(-1)
+    unclipped = ratio * advantage
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantage
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, options: LossOptions) -> torch.Tensor:
+    """Per-token terms [B, T] to the scalar the variant minimises (`config.LOSS_AGGREGATION`, verl's names):
+    seq-mean-token-mean (grpo, gspo), token-mean over the batch (dapo) or each reply's token sum over the constant
+    `norm_tokens`, then the mean over replies (dr_grpo). Masked positions are selected away."""
+    mode = LOSS_AGGREGATION[options.variant]
+    if mode == "token-mean":
+        return masked_mean(values, mask)
+    if mode == "seq-mean-token-sum-norm":
+        kept = torch.where(mask != 0, values, torch.zeros_like(values))
+        return (kept.sum(-1) / options.norm_tokens).mean()
+    return seq_mean_token_mean(values, mask)
+
+
+def pass_share(variant: GRPOLoss, part: Sequence[TrainSample], whole: Sequence[TrainSample]) -> float:
+    """The weight of one forward pass's loss in its mini-batch's, so that the passes add up to one pass over the
+    whole: its share of the replies, or of the trained tokens for a token-mean loss (dapo)."""
+    if LOSS_AGGREGATION[variant] == "token-mean":
+        total = sum(sum(s.response_mask) for s in whole)
+        if total:
+            return sum(sum(s.response_mask) for s in part) / total
+    return len(part) / len(whole)
+
+
 def grpo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -149,28 +246,26 @@ def grpo_loss(
     *,
     clip_ratio: float,
     kl_coef: float,
+    options: LossOptions = LossOptions(),
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss to minimise and its statistics; tensors are [B, T] except `advantages` [B].
 
-    loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated sequence-mean-token-mean over `mask`.
-    Masked positions are selected away before any arithmetic, so they get exactly zero gradient.
+    loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated over `mask` as `options.variant` says
+    (`aggregate`; the default, grpo, is sequence-mean-token-mean). Masked positions are selected away before any
+    arithmetic, so they get exactly zero gradient.
     """
     trained = mask != 0
-    zeros = torch.zeros_like(logprobs)
-    log_ratio = torch.where(trained, logprobs - old_logprobs, zeros)
-    ratio = torch.exp(log_ratio)
-    advantage = advantages.to(logprobs.dtype).unsqueeze(-1)
-    unclipped = ratio * advantage
-    clipped = ratio.clamp(1.0 - clip_ratio, 1.0 + clip_ratio) * advantage
-    surrogate = torch.minimum(unclipped, clipped)
+    ratio = importance_ratio(options.variant, logprobs, old_logprobs, mask)
+    clip_high = clip_ratio if options.clip_ratio_high is None else options.clip_ratio_high
+    pg_tokens, clip_bit = clipped_surrogate(ratio, advantages, clip_low=clip_ratio, clip_high=clip_high)
     kl = k3_kl(logprobs, torch.where(trained, ref_logprobs, logprobs))
-    pg_loss = seq_mean_token_mean(-surrogate, mask)
-    kl_loss = seq_mean_token_mean(kl, mask)
+    pg_loss = aggregate(pg_tokens, mask, options)
+    kl_loss = aggregate(kl, mask, options)
     loss = pg_loss + kl_coef * kl_loss
     stats = {
         "pg_loss": pg_loss.item(),
         "kl": kl_loss.item(),
-        "clip_fraction": masked_mean((clipped < unclipped).to(logprobs.dtype), mask).item(),
+        "clip_fraction": masked_mean(clip_bit.to(logprobs.dtype), mask).item(),
         "ratio_mean": masked_mean(ratio, mask).item(),
     }
     return loss, stats
@@ -310,6 +405,7 @@ def policy_loss(
     *,
     clip_ratio: float,
     kl_coef: float,
+    options: LossOptions = LossOptions(),
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Forward `model` on a batch and return the GRPO loss (with gradient) and its statistics, entropy included.
 
@@ -321,7 +417,14 @@ def policy_loss(
     if old_logprobs is None:
         old_logprobs = logprobs.detach()
     loss, stats = grpo_loss(
-        logprobs, old_logprobs, ref_logprobs, batch.advantages, batch.loss_mask, clip_ratio=clip_ratio, kl_coef=kl_coef
+        logprobs,
+        old_logprobs,
+        ref_logprobs,
+        batch.advantages,
+        batch.loss_mask,
+        clip_ratio=clip_ratio,
+        kl_coef=kl_coef,
+        options=options,
     )
     with torch.no_grad():
         stats["entropy"] = masked_mean(logits_entropy(logits.detach()), batch.loss_mask).item()
@@ -359,6 +462,7 @@ def selective_policy_loss(
     *,
     clip_ratio: float,
     kl_coef: float,
+    options: LossOptions = LossOptions(),
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """`policy_loss` computed on a `Layout`, with old and reference log-probs as trained-token rows.
 
@@ -371,7 +475,14 @@ def selective_policy_loss(
     width = mask.shape[1]
     old = current.detach() if old_rows is None else pad_rows(old_rows, width)
     loss, stats = grpo_loss(
-        current, old, pad_rows(ref_rows, width), advantages, mask.float(), clip_ratio=clip_ratio, kl_coef=kl_coef
+        current,
+        old,
+        pad_rows(ref_rows, width),
+        advantages,
+        mask.float(),
+        clip_ratio=clip_ratio,
+        kl_coef=kl_coef,
+        options=options,
     )
     stats["entropy"] = entropy.mean().item() if entropy.numel() else 0.0
     return loss, stats
@@ -659,7 +770,7 @@ class GRPOTrainer:
                         None if old_rows is None else [old_rows[i] for i in indices],
                         [ref_rows[i] for i in indices],
                     )
-                share = len(indices) / len(samples)
+                share = pass_share(self.config.loss, [samples[i] for i in indices], samples)
                 torch.autograd.backward(loss * share)
                 for key, value in stats.items():
                     totals[key] = totals.get(key, 0.0) + value * share
@@ -683,15 +794,16 @@ class GRPOTrainer:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The GRPO loss of one micro-batch (with gradient) along `self.path`."""
         clip_ratio, kl_coef = self.config.clip_ratio, self.config.kl_coef
+        options = LossOptions.from_config(self.config)
         if self.path == "full":
             batch = collate(samples, pad_id=self.pad_id, device=self.device)
             old = None if old_rows is None else spread_rows(old_rows, batch.loss_mask)
             ref = spread_rows(ref_rows, batch.loss_mask)
-            return policy_loss(self.policy, batch, old, ref, clip_ratio=clip_ratio, kl_coef=kl_coef)
+            return policy_loss(self.policy, batch, old, ref, clip_ratio=clip_ratio, kl_coef=kl_coef, options=options)
         advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=self.device)
         layout = self.layout(samples)
         return selective_policy_loss(
-            self.parts, layout, advantages, old_rows, ref_rows, clip_ratio=clip_ratio, kl_coef=kl_coef
+            self.parts, layout, advantages, old_rows, ref_rows, clip_ratio=clip_ratio, kl_coef=kl_coef, options=options
         )
 
     def layout(self, samples: Sequence[TrainSample]) -> Layout:

@@ -143,6 +143,8 @@ class _Row:
     answer: str | None = None
     done: bool = False
     error: str | None = None
+    truncated: bool = False
+    """The rollout ended unfinished: its last turn cut by max_turn_tokens, or the context full."""
 
 
 # -- attention and cache ---------------------------------------------------------------------------------------
@@ -680,9 +682,12 @@ class RolloutEngine:
         elif row.turns == most_turns(self.settings.max_turns):  # and the final-turn prefix the last one
             text = self.settings.final_turn_prefix + text
         action = parse_action(text)
+        closed = row.turn_ids[-1] in self._eos or any(stop in row.tail for stop in STOP_STRINGS)
+        cut = len(row.turn_ids) >= self.settings.max_turn_tokens and not closed
         row.turn_ids, row.tail = [], ""
         if rollout_over(action, row.turns, self.settings.max_turns):
             row.answer = action.content if action.kind == "answer" else None
+            row.truncated = cut and action.kind != "answer"
             row.done = True
             return None
         if action.kind == "search" and action.content:
@@ -717,7 +722,7 @@ class RolloutEngine:
         """Append masked tokens (an observation or the note) that the model reads before its next turn."""
         needed = row.length + len(row.pending) + len(ids) + self.settings.max_turn_tokens
         if self._max_context is not None and needed > self._max_context:
-            row.done = True
+            row.done = row.truncated = True
             row.error = f"context window full: the next turn could need {needed} of {self._max_context} positions"
             return
         row.response_ids += ids
@@ -741,6 +746,7 @@ class RolloutEngine:
             tool_calls=row.tool_calls,
             turns=row.turns,
             error=row.error,
+            truncated=row.truncated,
         )
 
     @contextmanager

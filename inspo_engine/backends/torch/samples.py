@@ -21,6 +21,9 @@ class RolloutSample:
     tool_calls: int
     turns: int
     error: str | None = None
+    truncated: bool = False
+    """The last turn was cut by the token limit before it closed, or the context filled: the reply was not
+    finished (DAPO's overlong filtering leaves such replies out of the loss)."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import RunConfig
+from ...config import LOSS_AGGREGATION, RunConfig, loss_norm_tokens, reward_scaling
 from .turns import response_length_for
 
 AGENT_NAME = "inspo_search_r1"
@@ -82,7 +82,6 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
     actor, rollout = "actor_rollout_ref.actor", "actor_rollout_ref.rollout"
     pairs: list[tuple[str, Any]] = [
         ("algorithm.adv_estimator", ADVANTAGE_ESTIMATOR),
-        ("algorithm.norm_adv_by_std_in_grpo", True),
         ("algorithm.use_kl_in_reward", False),
         ("data.train_batch_size", grpo.batch_size),
         ("data.max_prompt_length", env.max_prompt_length),
@@ -101,14 +100,10 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         (f"{actor}.ppo_mini_batch_size", grpo.mini_batch_size),
         (f"{actor}.ppo_micro_batch_size_per_gpu", per_gpu),
         (f"{actor}.ppo_epochs", 1),
-        (f"{actor}.clip_ratio", grpo.clip_ratio),
-        (f"{actor}.clip_ratio_low", grpo.clip_ratio),
-        (f"{actor}.clip_ratio_high", grpo.clip_ratio),
         (f"{actor}.use_kl_loss", True),
         (f"{actor}.kl_loss_coef", grpo.kl_coef),
         (f"{actor}.kl_loss_type", "low_var_kl"),
         (f"{actor}.entropy_coeff", 0),
-        (f"{actor}.loss_agg_mode", "seq-mean-token-mean"),
         ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu", per_gpu),
         (f"{rollout}.name", "vllm"),
         (f"{rollout}.n", grpo.group_size),
@@ -146,6 +141,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("+inspo.format_requires_search", env.format_requires_search),
         ("+inspo.f1_score", env.f1_score),
     ]
+    pairs += loss_pairs(config)
     if paths is not None:
         pairs += [
             ("data.train_files", paths.train_files),
@@ -156,6 +152,24 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
             ("+inspo.out_dir", paths.out_dir),
         ]
     return pairs
+
+
+def loss_pairs(config: RunConfig) -> list[tuple[str, Any]]:
+    """`grpo.loss` and its settings as verl 0.9.1's own keys (docs/losses.md): the aggregation
+    (`loss_agg_mode`, with dr_grpo's constant as `loss_scale_factor`), the ratio (`policy_loss.loss_mode` gspo for
+    GSPO's sequence-level ratio), the clip range and whether advantages are divided by the group's std. What verl
+    cannot do (`scale_rewards` 'batch', `drop_truncated`) config validation refuses for this backend."""
+    grpo, actor = config.grpo, "actor_rollout_ref.actor"
+    clip_high = grpo.clip_ratio if grpo.clip_ratio_high is None else grpo.clip_ratio_high
+    return [
+        ("algorithm.norm_adv_by_std_in_grpo", reward_scaling(grpo) == "group"),
+        (f"{actor}.policy_loss.loss_mode", "gspo" if grpo.loss == "gspo" else "vanilla"),
+        (f"{actor}.loss_agg_mode", LOSS_AGGREGATION[grpo.loss]),
+        (f"{actor}.loss_scale_factor", loss_norm_tokens(config) if grpo.loss == "dr_grpo" else None),
+        (f"{actor}.clip_ratio", grpo.clip_ratio),
+        (f"{actor}.clip_ratio_low", grpo.clip_ratio),
+        (f"{actor}.clip_ratio_high", clip_high),
+    ]
 
 
 _BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-./]*$")

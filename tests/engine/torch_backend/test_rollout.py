@@ -648,3 +648,18 @@ def test_the_response_prefix_comes_from_the_run_config():
     env = EnvConfig(final_turn_prefix="<answer>")
     opened = RolloutSettings.from_config(env, temperature=1.0, top_p=1.0, max_new_tokens=8)
     assert opened.final_turn_prefix == "<answer>"
+
+
+def test_a_rollout_whose_last_turn_is_cut_at_the_token_budget_is_marked_truncated(smollm2):
+    """DAPO's overlong filtering (`grpo.drop_truncated`) reads this mark: a reply cut in its last turn is
+    truncated; one cut in an earlier turn that then answers, or one that answers at once, is not."""
+    model, tokenizer = smollm2
+    ramble = encode(tokenizer, RAMBLE * 4)
+    assert len(ramble) >= 60
+    answer = encode(tokenizer, "<answer> 4 </answer>")
+    scripts = {0: ramble[:60], 1: ramble[:30] + answer, 2: answer}
+    engine = ScriptedEngine(model, tokenizer, EchoRetriever(), settings(max_turns=1), device=CPU, scripts=scripts)
+    cut, recovered, answered = engine.generate([(SEED_INSTRUCTION, SUM)] * 3, greedy=True)
+    assert (cut.turns, cut.answer, cut.truncated) == (2, None, True)
+    assert (recovered.turns, recovered.answer, recovered.truncated) == (2, "4", False)
+    assert (answered.turns, answered.truncated) == (1, False)
