@@ -106,6 +106,24 @@ def test_every_relative_link_of_the_readme_and_the_docs_points_to_a_file() -> No
     assert not broken, "links to files that do not exist:\n" + "\n".join(broken)
 
 
+def _slugs(markdown: Path) -> set[str]:
+    """The anchors of a page's headings, as GitHub and Python-Markdown's toc both make them for ASCII titles."""
+    text = FENCE.sub("", markdown.read_text(encoding="utf-8"))
+    titles = re.findall(r"^#{1,6}\s+(.+?)\s*$", text, re.MULTILINE)
+    return {re.sub(r"[\s]+", "-", re.sub(r"[^\w\s-]", "", title.lower()).strip()) for title in titles}
+
+
+def test_every_anchor_the_readme_links_to_is_a_heading() -> None:
+    readme = ROOT / "README.md"
+    missing = []
+    for target in _relative_links(readme):
+        path, _, anchor = target.partition("#")
+        if anchor and path.endswith(".md") and anchor not in _slugs(readme.parent / path):
+            missing.append(target)
+
+    assert not missing, f"README links to headings that do not exist: {missing}"
+
+
 def test_every_event_kind_is_on_the_events_page() -> None:
     from inspo_engine import events
 
