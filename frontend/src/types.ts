@@ -4,7 +4,7 @@
 
 export type RunStatus = "pending" | "queued" | "running" | "cancelling" | "finished" | "cancelled" | "failed";
 
-export const ACTIVE_STATUSES: readonly RunStatus[] = ["queued", "running", "cancelling"];
+export const ACTIVE_STATUSES: readonly RunStatus[] = ["pending", "queued", "running", "cancelling"];
 
 /** RunOutputSerializer. */
 export interface Run {

@@ -14,10 +14,11 @@ from webapp.core.errors import InvalidInput
 from webapp.runs.configs import PRESET_NAMES
 from webapp.runs.forms import OverridesField
 
-MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 2.0, "cpu-demo": 25.0, "paper": None}
-"""A rough wall-clock estimate of one run of each preset on the platform's default worker (docs/experiments.md):
-smoke a couple of minutes on two CPU cores, cpu-demo the 22 minutes measured for `make demo` plus its evaluation;
-the paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
+MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 4.0, "cpu-demo": 25.0, "paper": None}
+"""A rough wall-clock estimate of one run of each preset on the platform's default CPU worker (docs/experiments.md):
+smoke 4 min 17 s measured for one run with an 8-question evaluation on two busy cores, cpu-demo the 21 min 42 s
+measured for `make demo` (its 195-question evaluation included) on two idle cores, rounded up; the paper preset
+trains a 3B model on GPUs, for hours, and has no estimate here."""
 MAX_FORM_SEEDS = 10
 ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
 
@@ -26,7 +27,7 @@ def cost_text(preset: str, runs: int) -> str:
     """The estimate the form shows for `runs` runs of `preset`.
 
     >>> cost_text("smoke", 4)
-    '4 runs × ~2 min ≈ 8 min of worker time'
+    '4 runs × ~4 min ≈ 16 min of worker time'
     >>> cost_text("paper", 2)
     '2 runs of the paper preset: GPU hours each, no estimate'
     """
@@ -51,6 +52,11 @@ class ExperimentForm(forms.Form):
     seeds = forms.IntegerField(min_value=1, max_value=MAX_FORM_SEEDS, initial=3, help_text="Seeds 0 … n−1 per arm.")
     baseline = forms.ChoiceField(
         choices=ARM_CHOICES, initial="static", help_text="The arm the others are compared with."
+    )
+    questions = forms.IntegerField(
+        min_value=0,
+        initial=0,
+        help_text="Questions of the built-in test split every run is evaluated on (0: all of them).",
     )
     overrides = OverridesField(
         required=False,
@@ -83,6 +89,7 @@ class ExperimentForm(forms.Form):
             "arms": arms,
             "seeds": data["seeds"],
             "baseline": data["baseline"],
+            "evaluation": {"benchmark": "builtin", "split": "test", "size": data["questions"], "sample_seed": 0},
         }
 
     def apply_errors(self, error: InvalidInput) -> None:

@@ -1,6 +1,6 @@
 """Operations on experiments — submit, cancel — shared by pages and the API. An experiment is read and checked by
 the engine (`experiment_from_dict`); each arm's config then passes the same platform checks a run's does
-(`config_validate`: confinement to the team's data, what a run may reach), and its runs are submitted through the
+(`config_admit`: confinement to the team's data, what a run may reach), and its runs are submitted through the
 runs service, where those beyond the team's quota wait as pending."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from inspo_engine.experiments import arm_config, experiment_from_dict
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
-from webapp.runs.configs import config_validate
+from webapp.runs.configs import config_admit
 from webapp.runs.models import Run
 from webapp.runs.services import run_cancel, run_submit
 
@@ -69,7 +69,7 @@ def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tupl
     errors: dict[str, list[str]] = {}
     for arm, seed in experiment.runs():
         try:
-            configs[(arm, seed)] = config_validate(arm_config(experiment, arm, seed).to_dict(), team=team)
+            configs[(arm, seed)] = config_admit(arm_config(experiment, arm, seed), team=team)
         except InvalidInput as error:
             for field, messages in error.errors.items():
                 shared = _set_by(experiment.overrides, field) and not _set_by(experiment.arms[arm], field)

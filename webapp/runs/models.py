@@ -95,7 +95,8 @@ class Run(models.Model):
 
     @property
     def is_active(self) -> bool:
-        return self.status in self.ACTIVE
+        """Not ended yet: pending (waiting for a slot of the team's quota), queued, running or cancelling."""
+        return self.status in self.ACTIVE or self.status == self.Status.PENDING
 
 
 class RunTag(models.Model):

@@ -197,3 +197,12 @@ def test_an_attempt_that_lost_its_run_starts_nothing(alice, alice_team, settings
     settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 4
     stale = Attempt(run_id=experiment.runs.first().pk, number=7, worker="gone")
     assert not run_settle(stale, status=Run.Status.FINISHED)
+
+
+def test_a_pending_run_cancelled_by_itself_is_cancelled_at_once(alice, alice_team, api, settings):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 1
+    body = create(api(alice)).json()
+    pending = Run.objects.filter(experiment_id=body["id"], status=Run.Status.PENDING).first()
+    assert pending is not None and pending.is_active
+    response = api(alice).post(f"/api/v1/runs/{pending.pk}/cancel/")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"

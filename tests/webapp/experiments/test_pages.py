@@ -24,16 +24,18 @@ def test_the_form_shows_the_run_count_and_cost_before_anything_is_sent(client, a
 def test_the_form_starts_an_experiment_and_lands_on_its_page(client, alice, alice_team):
     client.force_login(alice)
     data = {"team": alice_team.pk, "name": "form", "preset": "smoke", "arms": ["static", "random-pool"], "seeds": 2}
-    response = client.post("/experiments/new/", {**data, "baseline": "static", "overrides": '{"total_steps": 2}'})
+    data |= {"baseline": "static", "questions": 8, "overrides": '{"total_steps": 2}'}
+    response = client.post("/experiments/new/", data)
     experiment = Experiment.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/experiments/{experiment.pk}/"
     assert sorted(experiment.arms) == ["random-pool", "static"] and experiment.seeds == [0, 1]
     assert {r.config["grpo"]["total_steps"] for r in experiment.runs.all()} == {2}
+    assert experiment.evaluation["size"] == 8 and {r.config["eval"]["eval_samples"] for r in experiment.runs.all()} == {8}
 
 
 def test_a_bad_override_in_the_form_is_shown_on_its_field(client, alice, alice_team):
     client.force_login(alice)
-    data = {"team": alice_team.pk, "name": "bad", "preset": "smoke", "arms": ["static"], "seeds": 1}
+    data = {"team": alice_team.pk, "name": "bad", "preset": "smoke", "arms": ["static"], "seeds": 1, "questions": 0}
     response = client.post("/experiments/new/", {**data, "baseline": "static", "overrides": '{"grpo.lr": -1}'})
     assert response.status_code == 400 and "overrides.grpo.lr" in response.content.decode()
     assert not Experiment.objects.exists()

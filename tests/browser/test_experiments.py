@@ -1,0 +1,78 @@
+"""An experiment in a real browser against a live server and a real Celery worker: start a 2-arm × 2-seed smoke
+experiment through the form (which shows the run count and cost first), watch the experiment page fill its verdict
+table as the four runs finish, with both charts drawn and no console errors; bob's team gets a 404 for it. With
+INSPO_DOCS_SCREENSHOTS=1 the page's screenshot is also saved as docs/experiment-page.png."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.browser import test_dashboards_e2e as e2e
+from tests.browser.test_first_use import signed_in
+from tests.celery_worker import REPO
+from webapp.experiments.forms import cost_text
+from webapp.experiments.models import Experiment
+from webapp.runs import tasks as run_tasks
+from webapp.runs.models import Run
+
+browser = e2e.browser  # the chromium fixture
+DOCS_SCREENSHOT = REPO / "docs" / "experiment-page.png"
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
+    browser, live_server, worker, alice, alice_team, bob, monkeypatch
+):
+    monkeypatch.setattr(run_tasks, "send", e2e.REAL_SEND)
+    process, log = worker
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+
+    page.get_by_role("link", name="Experiments").click()
+    page.get_by_test_id("new-experiment").click()
+    page.wait_for_selector("#app[data-ready=true]")
+    page.fill("input[name=name]", "smoke arms")
+    page.select_option("select[name=preset]", "smoke")
+    page.fill("input[name=seeds]", "2")
+    page.fill("input[name=questions]", "8")
+    page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 4)).wait_for()
+    page.get_by_label("random-pool").check()
+    page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 6)).wait_for()
+    page.get_by_label("random-pool").uncheck()
+    pages.shoot("experiment-form")
+    page.get_by_test_id("start-experiment").click()
+    page.wait_for_url("**/experiments/*/")
+    experiment = Experiment.objects.get(name="smoke arms")
+    assert sorted(experiment.arms) == ["inspo", "static"] and experiment.seeds == [0, 1]
+    assert experiment.runs.count() == 4
+
+    # The page refreshes itself: the table is complete once every run has finished and been evaluated.
+    page.locator('[data-testid="experiment-table"][data-complete="true"]').wait_for(timeout=e2e.RUN_TIMEOUT_MS)
+    statuses = list(experiment.runs.values_list("status", flat=True))
+    assert statuses == [Run.Status.FINISHED] * 4, f"{statuses}\n{log.read_text()[-3000:]}"
+    assert process.poll() is None
+    verdict = page.locator('[data-testid="verdict"][data-arm="inspo"]')
+    assert verdict.inner_text().startswith("inspo − static:") and "over 2 seeds × 8 questions" in verdict.inner_text()
+    assert page.get_by_test_id("arm-em").count() == 2
+    assert page.get_by_test_id("experiment-state").inner_text() == "finished"
+    page.locator('[data-testid="chart-experiment-reward"] canvas').wait_for()
+    page.locator('[data-testid="chart-experiment-em"] canvas').wait_for()
+    page.wait_for_timeout(500)  # the charts' first frame
+    pages.shoot("experiment")
+    if os.environ.get("INSPO_DOCS_SCREENSHOTS") == "1":
+        page.screenshot(path=str(DOCS_SCREENSHOT), full_page=True)
+    pages.assert_no_errors("the experiment page")
+
+    # Its runs open on the compare page.
+    page.get_by_test_id("compare-runs").click()
+    page.get_by_test_id("benchmark-table").wait_for()
+    assert all(f"runs={run.pk}" in page.url for run in experiment.runs.all())
+    pages.assert_no_errors("comparing the experiment's runs")
+
+    # Bob's team: a 404.
+    other = signed_in(browser, live_server, bob)
+    response = other.goto(f"/experiments/{experiment.pk}/")
+    assert response is not None and response.status == 404
