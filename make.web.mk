@@ -21,12 +21,18 @@ web-demo-user: web-migrate
 	$(PY) manage.py create_team_user --team "$(DEMO_TEAM)" --username "$(DEMO_USER)" --superuser
 
 # The web server, a training worker (cpu queue, one run at a time) and a housekeeping worker with the scheduler,
-# together in the foreground; Ctrl-C stops all three.
+# together in the foreground. Ctrl-C or a SIGTERM to make stops all three, each once: SIGTERM is passed on to each of
+# them; a Ctrl-C reached each of them already (the terminal signals the whole process group), so it is not repeated.
+# If one of them exits on its own, the others are stopped too.
+web-serve: SHELL := /bin/bash
 web-serve: web-migrate web-static
 	@echo "INSPO is running at http://$(WEB_HOST):$(WEB_PORT)/  (API docs: /api/docs/, admin: /admin/; Ctrl-C stops it)"
-	@trap 'kill 0' INT TERM EXIT; \
-	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & \
-	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & \
+	@stop=; trap 'stop=TERM' TERM; trap 'stop=INT' INT; \
+	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & cpu=$$!; \
+	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & ops=$$!; \
 	$(VENV)/bin/gunicorn webapp.config.wsgi --bind $(WEB_HOST):$(WEB_PORT) --workers 2 --timeout 300 \
-		--access-logfile - & \
-	wait
+		--access-logfile - & web=$$!; \
+	wait -n $$cpu $$ops $$web; status=$$?; trap '' INT TERM; \
+	if [ "$$stop" != INT ]; then kill -TERM $$cpu $$ops $$web 2>/dev/null; fi; \
+	wait $$cpu $$ops $$web; \
+	if [ -n "$$stop" ]; then echo "INSPO stopped ($$stop)"; else exit $$status; fi

@@ -1,0 +1,138 @@
+"""`make web-serve` (the foreground part of `make run`) for real: gunicorn and both Celery workers on the embedded
+SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a
+SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 40
+"""Nothing runs when the stop comes, so each process has its whole grace to spare: the workers' warm shutdown and
+gunicorn's graceful stop take a few seconds."""
+PROCESSES = 10
+"""make, its shell, gunicorn (a master and 2 workers), the cpu worker (main and its pool child) and the ops worker
+(main, its pool child and the scheduler)."""
+
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The environment of a `make run` with no DATABASE_URL and no CELERY_BROKER_URL, migrated once, in a temporary
+    state folder."""
+    state = tmp_path_factory.mktemp("make-run-state")
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "MAKEFLAGS"}}
+    env.update(INSPO_STATE_DIR=str(state), INSPO_RUNS_DIR=str(state / "runs"), PYTHONUNBUFFERED="1")
+    migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"]
+    subprocess.run(migrate, cwd=REPO, env=env, check=True, timeout=300)
+    return env
+
+
+@dataclass
+class Served:
+    """`make web-serve` in a session of its own (as a terminal gives it a process group), and its log."""
+
+    make: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    seen: tuple[psutil.Process, ...] = ()
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def tree(self) -> list[psutil.Process]:
+        root = psutil.Process(self.make.pid)
+        return [root, *root.children(recursive=True)]
+
+    def wait_up(self) -> list[psutil.Process]:
+        """Until gunicorn answers, the cpu worker said ready (the ops worker logs warnings only) and every process
+        has started; then every process of the tree."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.make.poll() is None, f"make exited with {self.make.returncode}:\n{self.text()[-4000:]}"
+            text = self.text()
+            if "cpu@" in text and " ready." in text and answers(self.port):
+                tree = self.tree()
+                if len(tree) >= PROCESSES:
+                    self.seen = tuple(tree)
+                    return tree
+            time.sleep(0.5)
+        pytest.fail(f"make web-serve was not up after {START_TIMEOUT_S} s:\n{self.text()[-4000:]}")
+
+
+def answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    port = free_port()
+    log = tmp_path / "make-run.log"
+    command = ["make", "--no-print-directory", "-o", "install", "-o", "web-migrate", "-o", "web-static"]
+    command += ["web-serve", f"WEB_PORT={port}"]
+    with log.open("wb") as out:
+        make = subprocess.Popen(
+            command, cwd=REPO, env=embedded_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = Served(make, log, port)
+    try:
+        yield server
+    finally:  # whatever a failed test left behind, by pid
+        for process in [*server.seen, *(server.tree() if make.poll() is None else [])]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        make.wait(timeout=10)
+
+
+def assert_all_gone(tree: list[psutil.Process], served: Served) -> None:
+    _gone, alive = psutil.wait_procs(tree, timeout=STOP_TIMEOUT_S)
+    left = [f"{p.pid} {' '.join(p.cmdline()[:6])}" for p in alive if p.is_running()]
+    for process in alive:
+        process.kill()
+    assert not left, f"still running {STOP_TIMEOUT_S} s after the stop: {left}\n{served.text()[-3000:]}"
+
+
+def assert_short_log(served: Served) -> None:
+    text = served.text()
+    lines = text.splitlines()
+    assert "RecursionError" not in text, text[-3000:]
+    assert len(lines) < 200, f"{len(lines)} lines:\n" + "\n".join(lines[-60:])
+    assert text.count("Warm shutdown") <= 2, text[-3000:]  # one per worker
+
+
+def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served) -> None:
+    tree = served.wait_up()
+    served.make.send_signal(signal.SIGTERM)
+    assert_all_gone(tree, served)
+    assert_short_log(served)
+
+
+def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
+    tree = served.wait_up()
+    os.killpg(served.make.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
+    assert_all_gone(tree, served)
+    assert_short_log(served)
