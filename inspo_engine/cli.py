@@ -21,7 +21,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from .checkpoints import CHECKPOINTS_DIR, POLICY_DIR, STATE_FILE, checkpoint_step, latest_checkpoint, read_state
+from .checkpoints import (
+    CHECKPOINTS_DIR,
+    OPTIMIZER_DIR,
+    POLICY_DIR,
+    STATE_FILE,
+    checkpoint_step,
+    latest_checkpoint,
+    read_state,
+)
 from .config import ConfigError, RunConfig, field_paths, parse_override
 from .control import TARGETED, ControlRequest, FileControlChannel, Inject, Pin, Retire, Unpin, request_to_dict
 from .environ import api_key_from_env, cache_dir_from_env
@@ -487,8 +495,10 @@ class ExperimentRun:
         return run
 
     def start(self, cache_dir: Path) -> None:
-        """`train --resume` from the newest checkpoint, or a fresh start in a cleared directory."""
-        resume = latest_checkpoint(self.directory) is not None
+        """`train --resume` from the newest checkpoint that kept the optimizer state (see
+        `checkpoint.optimizer_state`), or a fresh start in a cleared directory."""
+        checkpoint = latest_checkpoint(self.directory)
+        resume = checkpoint is not None and (checkpoint / OPTIMIZER_DIR).is_dir()
         if not resume:
             for stale in ("events.jsonl", "evaluations", CHECKPOINTS_DIR):
                 path = self.directory / stale

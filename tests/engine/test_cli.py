@@ -165,3 +165,72 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path):
     assert finished and finished[0].status == "cancelled"
     assert finished[0].step < 40
     assert any(p.name == f"step-{finished[0].step:06d}" for p in (tmp_path / "checkpoints").iterdir())
+
+
+# -- experiment -------------------------------------------------------------------------------------------------------
+
+
+def test_an_invalid_experiment_exits_2_naming_the_field(tmp_path):
+    done = cli(
+        "experiment", "--preset", "smoke", "--arms", "static", "--arm", "hot:temperature=0", "--out", str(tmp_path)
+    )
+    assert done.returncode == 2
+    assert "arms.hot.population.temperature: must be > 0" in done.stderr
+    done = cli("experiment", "--preset", "smoke", "--seeds", "0", "--set", "seed=3", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "overrides.seed: is set by the experiment's seeds" in done.stderr
+    assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_an_experiment_refuses_a_run_directory_of_another_config(tmp_path):
+    (tmp_path / "static-s0").mkdir()
+    (tmp_path / "static-s0" / "config.json").write_text(json.dumps({"seed": 0}))
+    done = cli("experiment", "--preset", "smoke", "--arms", "static", "--seeds", "1", "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "holds a run of another config" in done.stderr
+
+
+EXPERIMENT = ["experiment", "--preset", "smoke", "--arms", "static,random-pool", "--seeds", "2", "--jobs", "1"]
+SHORT = ["--set", "total_steps=1", "--set", "evolve_until=1", "--set", "checkpoint.keep_last=1", "--eval-size", "3"]
+SHORT += ["--set", "checkpoint.optimizer_state=all"]  # so that the last checkpoint can resume
+
+
+def logs(out):
+    return {path.parent.name: path.read_bytes() for path in sorted(out.glob("*/train.log"))}
+
+
+@pytest.mark.slow
+def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_without_doing_work_twice(tmp_path):
+    done = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=1800)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("experiment.json", "results.json", "results.md", "reward.png", "em.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["complete"] and results["missing"] == []
+    rows = {row["arm"]: row for row in results["arms"]}
+    assert rows["static"]["seeds"] == rows["random-pool"]["seeds"] == [0, 1]
+    assert rows["random-pool"]["questions"] == 3 and rows["random-pool"]["comparison"]["seeds"] == 2
+    assert rows["random-pool"]["verdict"].startswith("random-pool − static: ")
+    assert "| random-pool | 2 |" in (tmp_path / "results.md").read_text()
+    (evaluation,) = (tmp_path / "static-s0" / "evaluations").glob("*.jsonl")
+    answers = [json.loads(line) for line in evaluation.read_text().splitlines()]
+    assert len(answers) == 3 and set(answers[0]) == {"question_id", "em", "f1", "answer"}
+    first = logs(tmp_path)
+    assert len(first) == 4
+
+    again = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert logs(tmp_path) == first  # no run was started again
+    assert json.loads((tmp_path / "results.json").read_text())["arms"] == results["arms"]
+
+    # a run that stopped before its end (no final evaluation, no run_finished): only that one resumes
+    events = tmp_path / "static-s1" / "events.jsonl"
+    kept = [line for line in events.read_text().splitlines() if '"run_finished"' not in line]
+    events.write_text("\n".join(kept) + "\n")
+    shutil.rmtree(tmp_path / "static-s1" / "evaluations")
+    resumed = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    after = logs(tmp_path)
+    assert {name for name in after if after[name] != first[name]} == {"static-s1"}
+    started = [e for e in read_events(events) if e.kind == "run_started"]
+    assert [e.resumed_from_step for e in started] == [0, 1]  # from its checkpoint of step 1, not from scratch
