@@ -143,17 +143,14 @@ class RunListCreateApi(APIView):
         data = self.RunCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = data.validated_data
-        team = _submission_team(user, values.get("team"))
-        config = config_compose(
-            preset=values.get("preset"), base=values.get("config"), overrides=values.get("overrides")
-        )
         run = services.run_submit(
-            team=team,
+            team=_submission_team(user, values.get("team")),
             user=user,
             name=values["name"],
-            config=config,
-            tags=values.get("tags", []),
             preset=values.get("preset", ""),
+            config=values.get("config"),
+            overrides=values.get("overrides"),
+            tags=values.get("tags", []),
         )
         return Response(RunOutputSerializer(run).data, status=201)
 

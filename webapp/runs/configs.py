@@ -5,6 +5,7 @@ and turns errors into field errors."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import ConfigError, RunConfig, field_value
+from inspo_engine.config import ConfigError, FieldError, RunConfig, field_value, resolve_key
 from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
@@ -34,25 +35,69 @@ def config_errors(error: ConfigError) -> InvalidInput:
 
 
 def preset_dict(name: str) -> dict[str, Any]:
+    _preset_check(name)
+    return copy.deepcopy(PRESETS[name]())
+
+
+def _preset_check(name: str) -> None:
     if name not in PRESETS:
         raise InvalidInput({"preset": [f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}"]})
-    return copy.deepcopy(PRESETS[name]())
 
 
 def config_compose(
     *,
     preset: str | None = None,
-    base: Mapping[str, Any] | None = None,
+    base: RunConfig | Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> RunConfig:
-    """preset ⊕ base (a partial config, merged section by section) ⊕ overrides (`grpo.lr` or paper names)."""
-    data = preset_dict(preset) if preset else {}
-    _merge(data, dict(base or {}))
+    """preset ⊕ base ⊕ overrides, merged as data and built and validated by the engine once. `base` is a partial
+    config merged over the preset section by section, or a whole RunConfig (the preset then adds nothing: it is
+    only checked); `overrides` name fields by dotted path (`grpo.lr`), the paper's name or a unique leaf name.
+    InvalidInput under `preset`, or under `config` keyed by field path."""
+    if isinstance(base, RunConfig):
+        if preset:
+            _preset_check(preset)
+        if not overrides:
+            return _checked(base)
+        data = base.to_dict()
+    else:
+        data = preset_dict(preset) if preset else {}
+        _merge(data, dict(base or {}))
     try:
-        config = RunConfig.from_dict(data)
-        return config.with_overrides(dict(overrides)) if overrides else config
+        _set_fields(data, overrides or {})
+        return RunConfig.from_dict(data)
     except ConfigError as error:
         raise config_errors(error) from error
+
+
+def _checked(config: RunConfig) -> RunConfig:
+    """`config`, validated again (a RunConfig built in code may have been changed since)."""
+    try:
+        config.validate()
+    except ConfigError as error:
+        raise config_errors(error) from error
+    return config
+
+
+def _set_fields(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Each override written into `data` at its field's path; ConfigError names every key that is no field."""
+    errors: list[FieldError] = []
+    for key, value in overrides.items():
+        try:
+            *parents, leaf = resolve_key(key).split(".")
+        except ConfigError as error:
+            errors += error.errors
+            continue
+        target = data
+        for depth, part in enumerate(parents, start=1):
+            target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                errors.append(FieldError(".".join(parents[:depth]), "must be an object of fields"))
+                break
+        else:
+            target[leaf] = copy.deepcopy(value)
+    if errors:
+        raise ConfigError(errors)
 
 
 def config_total_steps(config: RunConfig) -> int:
@@ -143,7 +188,18 @@ def config_confine(config: RunConfig, *, team: Team) -> RunConfig:
         errors |= error.errors
     if errors:
         raise InvalidInput(errors, key="config")
-    return config.with_overrides(confined)
+    return _replaced(config, confined)
+
+
+def _replaced(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:
+    """`config` with the given `section.field` values, validated again by the engine (a resolved path may break a
+    bound that the name it replaces kept), without going through a dict."""
+    sections: dict[str, dict[str, Any]] = {}
+    for path, value in values.items():
+        section, leaf = path.split(".")
+        sections.setdefault(section, {})[leaf] = value
+    changed = {name: dataclasses.replace(getattr(config, name), **fields) for name, fields in sections.items()}
+    return _checked(dataclasses.replace(config, **changed))
 
 
 def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks") -> list[str]:

@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig, field_value
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
@@ -88,7 +88,7 @@ class ConfigFormMixin(forms.Form):
 
     def apply_config_errors(self, error: InvalidInput) -> None:
         for path, messages in error.errors.items():
-            name = FIELD_FOR_PATH.get(path)
+            name = FIELD_FOR_PATH.get(path, path if error.key is None else None)
             for message in messages:
                 if name and name in self.fields:
                     self.add_error(name, message)
@@ -131,21 +131,17 @@ class RunForm(ConfigFormMixin):
         team_field = self.fields["team"]
         assert isinstance(team_field, forms.ModelChoiceField)
         team_field.queryset = teams
-        self.config: RunConfig | None = None
 
     def clean(self) -> dict[str, Any]:
+        """Raw input for `run_submit`: `config_overrides` holds the JSON overrides with each filled-in field over
+        them (at its config path); the service composes and validates, and `apply_config_errors` shows its errors."""
         data = super().clean() or {}
-        if self.errors:
-            return data
         overrides = dict(data.get("overrides") or {})
         for name, path in CONFIG_FIELDS.items():
             value = data.get(name)
             if value not in (None, ""):
                 overrides[path] = value
-        try:
-            self.config = config_compose(preset=data["preset"], overrides=overrides)
-        except InvalidInput as error:
-            self.apply_config_errors(error)
+        data["config_overrides"] = overrides
         data["tag_list"] = _tags(data.get("tags", ""))
         return data
 

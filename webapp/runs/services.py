@@ -19,7 +19,7 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
-from .configs import benchmark_paths, config_compose, config_total_steps, config_validate
+from .configs import benchmark_paths, config_admit, config_compose, config_total_steps
 from .lifecycle import runs_start_pending
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, PopulationAlarm, Run, RunNote, RunTag
 
@@ -63,18 +63,30 @@ def run_submit(
     team: Team,
     user: User,
     name: str,
-    config: RunConfig | Mapping[str, Any],
-    tags: Sequence[str] = (),
     preset: str = "",
+    config: RunConfig | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    tags: Sequence[str] = (),
     cloned_from: Run | None = None,
     experiment: Experiment | None = None,
     arm: str = "",
 ) -> Run:
-    """Validate the config with the engine, store a queued run, and enqueue its training once committed. A run of
-    an experiment that finds the team's quota full waits as pending instead of a 429 (see
+    """Compose the run's config once, validate it with the engine and the platform's rules, store a queued run, and
+    enqueue its training once committed. Pages, the API and experiments hand it what they were given:
+
+    - `preset`: a preset's name, stored with the run ('' for none);
+    - `config`: either a partial config (a mapping, merged over the preset section by section), or an already
+      composed RunConfig, taken as it is (the preset then only names the run's origin);
+    - `overrides`: `{"grpo.lr": 1e-6, "evolve_every": 10}`, by dotted path, the paper's name or a unique leaf
+      name, applied last.
+
+    The config is preset ⊕ config ⊕ overrides (`configs.config_compose`), then the team's rules
+    (`configs.config_admit`: paths in the team's data, URLs and endpoints it may reach). InvalidInput names each
+    bad field: under `config` by dotted path, or `preset`, `name`, `tags`; QuotaExceeded (429) when the team is at
+    its active-run quota, except that a run of an `experiment` then waits as pending (see
     `lifecycle.runs_start_pending`)."""
     require_role(user, team, Role.MEMBER)
-    validated = config_validate(config.to_dict() if isinstance(config, RunConfig) else config, team=team)
+    validated = config_admit(config_compose(preset=preset, base=config, overrides=overrides), team=team)
     name = name.strip()
     if not name:
         raise InvalidInput({"name": ["give the run a name"]})
@@ -127,7 +139,8 @@ def run_clone(
     tags: Sequence[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> Run:
-    """A new run of the same team with the source's config, changed by `overrides`."""
+    """A new run of the same team with the source's config, changed by `overrides` (fields the source's config
+    lacks take their defaults, as they did when it ran, not its preset's values)."""
     config = config_compose(base=run.config, overrides=overrides)
     return run_submit(
         team=run.team,

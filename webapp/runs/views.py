@@ -109,15 +109,14 @@ def run_new(request: HttpRequest) -> HttpResponse:
     form = RunForm(request.POST or None, teams=teams, initial={"team": teams.first()})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        assert form.config is not None
         try:
             run = services.run_submit(
                 team=data["team"],
                 user=user,
                 name=data["name"],
-                config=form.config,
-                tags=data["tag_list"],
                 preset=data["preset"],
+                overrides=data["config_overrides"],
+                tags=data["tag_list"],
             )
         except InvalidInput as error:
             form.apply_config_errors(error)

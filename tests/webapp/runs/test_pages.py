@@ -71,6 +71,22 @@ def test_engine_errors_appear_next_to_their_field_and_nothing_is_submitted(brows
     assert not Run.objects.exists() and enqueued == []
 
 
+def test_the_platforms_refusals_appear_next_to_their_field_too(browser, alice_team, enqueued):
+    form = {
+        "team": alice_team.pk,
+        "name": "paths",
+        "preset": "smoke",
+        "model": "/etc/passwd",
+        "overrides": '{"env.corpus": "../../other-team/corpus.jsonl"}',
+    }
+    response = browser.post(reverse("runs:new"), form)
+    html = unescape(response.content.decode())
+    assert response.status_code == 400
+    assert "'/etc/passwd': file paths must lie in your team's data directory" in field_errors(html, "model")
+    assert "env.corpus: '../../other-team/corpus.jsonl': file paths must lie" in field_errors(html, "overrides")
+    assert not Run.objects.exists() and enqueued == []
+
+
 def test_the_form_rejects_broken_json(browser, alice_team):
     form = {"team": alice_team.pk, "name": "bad", "preset": "smoke", "overrides": "{oops"}
     response = browser.post(reverse("runs:new"), form)

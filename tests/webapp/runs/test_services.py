@@ -62,6 +62,49 @@ def test_a_bad_config_names_the_field_and_enqueues_nothing(
     assert enqueued == [] and not Run.objects.exists()
 
 
+def test_submit_composes_preset_partial_config_and_overrides_in_that_order(alice, alice_team):
+    run = services.run_submit(
+        team=alice_team,
+        user=alice,
+        name="raw",
+        preset="smoke",
+        config={"grpo": {"lr": 3e-6, "kl_coef": 0.01}, "seed": 4},
+        overrides={"lr": 5e-6, "evolution.evolve_every": 2},
+    )
+    smoke = preset("smoke").to_dict()
+    assert run.preset == "smoke" and run.seed == 4
+    assert run.config["grpo"] | {"lr": 0} == smoke["grpo"] | {"lr": 0, "kl_coef": 0.01}
+    assert run.config["grpo"]["lr"] == 5e-6 and run.config["evolution"]["evolve_every"] == 2
+
+
+def test_submit_takes_a_composed_run_config_as_it_is_with_the_preset_naming_its_origin(alice, alice_team):
+    paper = {"optimizer.provider": "rules", "backend.name": "torch", "eval.benchmarks": ["builtin"], "seed": 9}
+    config = preset("paper").with_overrides(paper)
+    run = services.run_submit(team=alice_team, user=alice, name="composed", preset="smoke", config=config)
+    assert run.preset == "smoke" and run.config == config.to_dict()
+    changed = services.run_submit(
+        team=alice_team, user=alice, name="changed", preset="paper", config=config, overrides={"seed": 10}
+    )
+    assert changed.config == config.with_overrides({"seed": 10}).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("inputs", "key", "field"),
+    [
+        ({"preset": "no-such-preset"}, None, "preset"),
+        ({"preset": "smoke", "overrides": {"warp_drive": 1}}, "config", "warp_drive"),
+        ({"preset": "smoke", "config": {"grpo": {"group_size": 1}}}, "config", "grpo.group_size"),
+        ({"preset": "smoke", "config": {"grpo": 3}, "overrides": {"lr": 1e-6}}, "config", "grpo"),
+        ({"preset": "smoke", "overrides": {"env.dataset": "/etc/passwd"}}, "config", "env.dataset"),
+    ],
+)
+def test_submit_refuses_bad_raw_input_naming_the_field(alice, alice_team, enqueued, inputs, key, field):
+    with pytest.raises(InvalidInput) as caught:
+        services.run_submit(team=alice_team, user=alice, name="bad", **inputs)
+    assert caught.value.key == key and field in caught.value.errors
+    assert enqueued == [] and not Run.objects.exists()
+
+
 def test_config_compose_reports_unknown_override_keys():
     with pytest.raises(InvalidInput) as caught:
         config_compose(preset="smoke", overrides={"no_such_knob": 1})
