@@ -118,15 +118,6 @@ class GRPOConfig:
     tis_cap: float = bounded(2.0, 1, 100)
     """C of rollout_correction 'tis': the cap of the per-token weight (verl's rollout_is_threshold, TRL's
     vllm_importance_sampling_cap; 2.0 in both)."""
-    rollout_correction: Literal["none", "tis"] = "none"
-    """How the update corrects for rollouts sampled by other weights than the ones it scores them with (the bfloat16
-    rollout copy of backend.precision 'bf16-mixed' or backend.rollout_dtype): 'none', or 'tis' (truncated
-    importance sampling, as verl's rollout_is and TRL's vllm_importance_sampling_correction): every token's policy
-    loss is multiplied by min(π_old / π_rollout, tis_cap), detached. The mismatch metrics (rollout_logp_abs_diff,
-    rollout_kl, rollout_ratio_outside_clip) are logged whenever rollouts read a copy. Torch backend only."""
-    tis_cap: float = bounded(2.0, 1, 100)
-    """C of rollout_correction 'tis': the cap of the per-token weight (verl's rollout_is_threshold, TRL's
-    vllm_importance_sampling_cap; 2.0 in both)."""
     drop_uniform_groups: bool = False
     """Leave out of the update every group whose G rollouts all scored the same: their advantages are all 0, so
     only the KL term would train on them (DAPO's dynamic sampling, without resampling). A step where every group is
@@ -643,8 +634,6 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
             errors.append(FieldError("backend.reference_dtype", "is supported by the torch backend only"))
         if config.backend.precision != "fp32":
             errors.append(FieldError("backend.precision", "is supported by the torch backend only"))
-        if grpo.rollout_correction != "none":
-            errors.append(FieldError("grpo.rollout_correction", "is supported by the torch backend only"))
         if grpo.rollout_correction != "none":
             errors.append(FieldError("grpo.rollout_correction", "is supported by the torch backend only"))
         errors += _verl_loss_errors(grpo)
