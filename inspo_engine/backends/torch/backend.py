@@ -19,7 +19,7 @@ from ...env.rewards import REWARDS
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
-from .grpo import GRPOTrainer, scaled_advantages
+from .grpo import FORWARD_TOKENS, GRPOTrainer, scaled_advantages
 from .model import load_policy, pick_device, resolve_model
 from .precision import NARROW_DTYPES, plan
 from .rollout import RolloutEngine, RolloutSettings
@@ -31,6 +31,8 @@ ROLLOUT_DTYPES: dict[str, torch.dtype | None] = NARROW_DTYPES
 `backend.reference_dtype` → the dtype the reference policy's weights are stored in (`backend.precision`
 'bf16-mixed' makes both bfloat16)."""
 TRAINING_DIR = OPTIMIZER_DIR
+GPU_FORWARD_TOKENS = 16384
+"""Most tokens of one training forward/backward pass on a GPU (the CPU's is `grpo.FORWARD_TOKENS`)."""
 
 
 class TorchBackend:
@@ -54,6 +56,8 @@ class TorchBackend:
             backend.precision, rollout_dtype=backend.rollout_dtype, reference_dtype=backend.reference_dtype
         )
         path = model_path or resolve_model(backend.model, cache_dir)
+        # the CPU's pass budget bounds its heap; a GPU runs larger passes (more work per kernel, same results)
+        forward_tokens = FORWARD_TOKENS if self.on_cpu else GPU_FORWARD_TOKENS
         model, tokenizer = load_policy(path, device=self.device, dtype=self.precision.master)
         self.tokenizer = tokenizer
         self.trainer = GRPOTrainer(
@@ -63,6 +67,7 @@ class TorchBackend:
             device=self.device,
             reference_storage=self.precision.reference,
             compute_dtype=self.precision.compute,
+            forward_tokens=forward_tokens,
         )
         settings = RolloutSettings.from_config(
             config.env,
@@ -77,6 +82,7 @@ class TorchBackend:
             settings,
             device=self.device,
             weights_dtype=self.precision.rollout,
+            record_logprobs=self.precision.rollout is not None or config.grpo.rollout_correction == "tis",
         )
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
@@ -109,7 +115,13 @@ class TorchBackend:
                 return self.trainer.idle_step()
         advantages = scaled_advantages([[t.reward for t in group] for group in groups], self.scale_rewards)
         samples = [
-            TrainSample(t.payload.prompt_ids, t.payload.response_ids, t.payload.response_mask, advantage)
+            TrainSample(
+                t.payload.prompt_ids,
+                t.payload.response_ids,
+                t.payload.response_mask,
+                advantage,
+                rollout_logprobs=t.payload.rollout_logprobs,
+            )
             for group, group_adv in zip(groups, advantages, strict=True)
             for t, advantage in zip(group, group_adv, strict=True)
             if t.payload is not None and t.payload.response_ids and not (self.drop_truncated and t.payload.truncated)

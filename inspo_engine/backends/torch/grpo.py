@@ -247,8 +247,14 @@ def grpo_loss(
     clip_ratio: float,
     kl_coef: float,
     options: LossOptions = LossOptions(),
+    rollout_logprobs: torch.Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The GRPO loss to minimise and its statistics; tensors are [B, T] except `advantages` [B].
+
+    With `rollout_logprobs` (log π of the tokens under the weights that sampled them) the statistics include the
+    rollout mismatch (`rollout_mismatch`); with `tis_cap` too, each token's policy-gradient term is weighted by
+    `tis_weights` (the KL term is not).
 
     loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated over `mask` as `options.variant` says
     (`aggregate`; the default, grpo, is sequence-mean-token-mean). Masked positions are selected away before any
@@ -258,6 +264,8 @@ def grpo_loss(
     ratio = importance_ratio(options.variant, logprobs, old_logprobs, mask)
     clip_high = clip_ratio if options.clip_ratio_high is None else options.clip_ratio_high
     pg_tokens, clip_bit = clipped_surrogate(ratio, advantages, clip_low=clip_ratio, clip_high=clip_high)
+    if rollout_logprobs is not None and tis_cap is not None:
+        pg_tokens = pg_tokens * tis_weights(old_logprobs, rollout_logprobs, mask, cap=tis_cap)
     kl = k3_kl(logprobs, torch.where(trained, ref_logprobs, logprobs))
     pg_loss = aggregate(pg_tokens, mask, options)
     kl_loss = aggregate(kl, mask, options)
@@ -268,7 +276,59 @@ def grpo_loss(
         "clip_fraction": masked_mean(clip_bit.to(logprobs.dtype), mask).item(),
         "ratio_mean": masked_mean(ratio, mask).item(),
     }
+    if rollout_logprobs is not None:
+        stats |= rollout_mismatch(old_logprobs, rollout_logprobs, mask, clip_ratio=clip_ratio)
     return loss, stats
+
+
+# -- rollout correction ----------------------------------------------------------------------------------------
+
+
+def tis_weights(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor, *, cap: float
+) -> torch.Tensor:
+    """Truncated importance sampling weights [B, T]: min(π_old / π_rollout, cap) = min(exp(old − rollout), cap) per
+    token, detached (a constant factor of the policy-gradient loss); 1 where `mask` is 0.
+
+    The definition of verl (`verl/trainer/ppo/mismatch_helper.py`, `compute_rollout_importance_weights` with
+    rollout_is_level 'token' and rollout_is_mode 'truncate': exp(old_log_prob − rollout_log_prob) clamped above at
+    `rollout_is_threshold`, which multiplies the per-token policy loss) and of TRL (`trl/trainer/grpo_trainer.py`:
+    importance_sampling_ratio = clamp(exp(old_per_token_logps − sampling_per_token_logps),
+    max=vllm_importance_sampling_cap), default cap 2.0, multiplied into the per-token loss before the KL term).
+
+    >>> tis_weights(torch.tensor([[0.0, -1.0, 0.5]]), torch.tensor([[0.0, 0.0, 0.0]]), torch.ones(1, 3), cap=1.5)
+    tensor([[1.0000, 0.3679, 1.5000]])
+    """
+    log_ratio = torch.where(mask != 0, old_logprobs - rollout_logprobs, torch.zeros_like(old_logprobs))
+    return torch.exp(log_ratio.detach()).clamp(max=cap)
+
+
+def rollout_mismatch(
+    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor, *, clip_ratio: float
+) -> dict[str, float]:
+    """verl's measures of how far the rollout's sampling distribution is from the policy the update scores with,
+    over the trained tokens: mean |log π_old − log π_rollout| (`rollout_logp_abs_diff`), the k3 estimate of
+    KL(π_rollout ‖ π_old), mean of exp(d) − d − 1 with d = old − rollout (`rollout_kl`, verl's mismatch_k3_kl),
+    and the share of tokens whose ratio π_old / π_rollout lies outside the clip range [1 − ε, 1 + ε]
+    (`rollout_ratio_outside_clip`)."""
+    with torch.no_grad():
+        gap = torch.where(mask != 0, old_logprobs - rollout_logprobs, torch.zeros_like(old_logprobs))
+        ratio = torch.exp(gap)
+        outside = (ratio < 1.0 - clip_ratio) | (ratio > 1.0 + clip_ratio)
+        return {
+            "rollout_logp_abs_diff": masked_mean(gap.abs(), mask).item(),
+            "rollout_kl": masked_mean(torch.expm1(gap) - gap, mask).item(),
+            "rollout_ratio_outside_clip": masked_mean(outside.to(gap.dtype), mask).item(),
+        }
+
+
+def rollout_rows(samples: Sequence[TrainSample], *, device: torch.device) -> list[torch.Tensor] | None:
+    """Each sample's rollout log-probs of its trained tokens (as `logprob_rows` orders them), or None unless every
+    sample carries them."""
+    if any(s.rollout_logprobs is None for s in samples):
+        return None
+    rows = [[lp for lp, m in zip(s.rollout_logprobs or [], s.response_mask, strict=True) if m] for s in samples]
+    return [torch.tensor(row, dtype=torch.float32, device=device) for row in rows]
 
 
 # -- batching --------------------------------------------------------------------------------------------------
@@ -406,6 +466,8 @@ def policy_loss(
     clip_ratio: float,
     kl_coef: float,
     options: LossOptions = LossOptions(),
+    rollout_logprobs: torch.Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Forward `model` on a batch and return the GRPO loss (with gradient) and its statistics, entropy included.
 
@@ -425,6 +487,8 @@ def policy_loss(
         clip_ratio=clip_ratio,
         kl_coef=kl_coef,
         options=options,
+        rollout_logprobs=rollout_logprobs,
+        tis_cap=tis_cap,
     )
     with torch.no_grad():
         stats["entropy"] = masked_mean(logits_entropy(logits.detach()), batch.loss_mask).item()
@@ -463,8 +527,10 @@ def selective_policy_loss(
     clip_ratio: float,
     kl_coef: float,
     options: LossOptions = LossOptions(),
+    rollout_rows: Sequence[torch.Tensor] | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """`policy_loss` computed on a `Layout`, with old and reference log-probs as trained-token rows.
+    """`policy_loss` computed on a `Layout`, with old, reference and rollout log-probs as trained-token rows.
 
     Each sample's trained tokens become one left-aligned row of a [B, T] tensor, so `grpo_loss` aggregates exactly
     as over the padded batch (sequence-mean-token-mean over the trained tokens).
@@ -483,6 +549,8 @@ def selective_policy_loss(
         clip_ratio=clip_ratio,
         kl_coef=kl_coef,
         options=options,
+        rollout_logprobs=None if rollout_rows is None else pad_rows(rollout_rows, width),
+        tis_cap=tis_cap,
     )
     stats["entropy"] = entropy.mean().item() if entropy.numel() else 0.0
     return loss, stats
@@ -795,15 +863,37 @@ class GRPOTrainer:
         """The GRPO loss of one micro-batch (with gradient) along `self.path`."""
         clip_ratio, kl_coef = self.config.clip_ratio, self.config.kl_coef
         options = LossOptions.from_config(self.config)
+        rollout = rollout_rows(samples, device=self.device)
+        cap = self.config.tis_cap if self.config.rollout_correction == "tis" else None
         if self.path == "full":
             batch = collate(samples, pad_id=self.pad_id, device=self.device)
             old = None if old_rows is None else spread_rows(old_rows, batch.loss_mask)
             ref = spread_rows(ref_rows, batch.loss_mask)
-            return policy_loss(self.policy, batch, old, ref, clip_ratio=clip_ratio, kl_coef=kl_coef, options=options)
+            sampled = None if rollout is None else spread_rows(rollout, batch.loss_mask)
+            return policy_loss(
+                self.policy,
+                batch,
+                old,
+                ref,
+                clip_ratio=clip_ratio,
+                kl_coef=kl_coef,
+                options=options,
+                rollout_logprobs=sampled,
+                tis_cap=cap,
+            )
         advantages = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=self.device)
         layout = self.layout(samples)
         return selective_policy_loss(
-            self.parts, layout, advantages, old_rows, ref_rows, clip_ratio=clip_ratio, kl_coef=kl_coef, options=options
+            self.parts,
+            layout,
+            advantages,
+            old_rows,
+            ref_rows,
+            clip_ratio=clip_ratio,
+            kl_coef=kl_coef,
+            options=options,
+            rollout_rows=rollout,
+            tis_cap=cap,
         )
 
     def layout(self, samples: Sequence[TrainSample]) -> Layout:

@@ -143,6 +143,8 @@ class _Row:
     answer: str | None = None
     done: bool = False
     error: str | None = None
+    rollout_logprobs: list[float] | None = None
+    """log π of each response token under the weights that sampled it (0.0 on observations), when recorded."""
     truncated: bool = False
     """The rollout ended unfinished: its last turn cut by max_turn_tokens, or the context full."""
 
@@ -466,9 +468,13 @@ class RolloutEngine:
         *,
         device: torch.device,
         weights_dtype: torch.dtype | None = None,
+        record_logprobs: bool = False,
     ) -> None:
         """`weights_dtype`: None (rollouts read the policy's own weights) or a dtype for a copy that rollouts read
-        instead (see `RolloutWeights`)."""
+        instead (see `RolloutWeights`). `record_logprobs`: sampled rollouts keep the log-prob of every token they
+        sampled under the weights they read, at temperature 1 as the trainer scores them (`rollout_logprobs`), for
+        the rollout correction; greedy ones never do."""
+        self.record_logprobs = record_logprobs
         self.model = model
         self.tokenizer = tokenizer
         self.retriever = retriever
@@ -542,15 +548,21 @@ class RolloutEngine:
     def _run(self, rows: list[_Row], greedy: bool, generator: torch.Generator | None) -> None:
         cache, logits = self._prefill(rows)
         active = rows
+        record = self.record_logprobs and not greedy
+        recorded: list[tuple[list[_Row], list[int], torch.Tensor]] = []
         while True:
-            self._advance(active, self._next_tokens(logits, active, greedy, generator))
+            tokens = self._next_tokens(logits, active, greedy, generator)
+            if record:
+                recorded.append(_sampled_logprobs(logits, active, tokens))
+            self._advance(active, tokens)
             keep = [i for i, row in enumerate(active) if not row.done]
             if not keep:
-                return
+                break
             if len(keep) < len(active):
                 cache.select_rows(keep)
                 active = [active[i] for i in keep]
             logits = self._step(cache, active)
+        _store_logprobs(recorded)
 
     def _prefill(self, rows: list[_Row]) -> tuple[_RowCache, torch.Tensor]:
         """Read every prompt into a fresh cache; returns it with one row per rollout and each row's next logits.
@@ -746,6 +758,7 @@ class RolloutEngine:
             tool_calls=row.tool_calls,
             turns=row.turns,
             error=row.error,
+            rollout_logprobs=row.rollout_logprobs,
             truncated=row.truncated,
         )
 
@@ -799,6 +812,28 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
     inner = weights[torch.arange(rows, device=logits.device), block.squeeze(1)].double().cumsum_(dim=-1)
     chosen = torch.searchsorted(inner, draws - before, right=True).minimum(_last_rise(inner))
     return (block * _SAMPLE_BLOCK + chosen).squeeze(1)
+
+
+def _sampled_logprobs(
+    logits: torch.Tensor, rows: list[_Row], tokens: list[int]
+) -> tuple[list[_Row], list[int], torch.Tensor]:
+    """(rows, where each row's token goes in its response, log softmax(logits)[token]) of one decoding step; the
+    values stay on the device until `_store_logprobs` reads them all at once."""
+    chosen = torch.tensor(tokens, device=logits.device)[:, None]
+    picked = (logits.gather(1, chosen) - torch.logsumexp(logits, dim=-1, keepdim=True)).squeeze(1)
+    return list(rows), [len(row.response_ids) for row in rows], picked
+
+
+def _store_logprobs(recorded: list[tuple[list[_Row], list[int], torch.Tensor]]) -> None:
+    """Give every recorded row its `rollout_logprobs`: the sampled tokens' values, 0.0 on observation tokens."""
+    if not recorded:
+        return
+    values = iter(torch.cat([picked for *_, picked in recorded]).tolist())
+    for rows, positions, _ in recorded:
+        for row, position in zip(rows, positions, strict=True):
+            if row.rollout_logprobs is None:
+                row.rollout_logprobs = [0.0] * len(row.response_ids)
+            row.rollout_logprobs[position] = next(values)
 
 
 def _last_rise(cdf: torch.Tensor) -> torch.Tensor:

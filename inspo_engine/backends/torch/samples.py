@@ -21,6 +21,9 @@ class RolloutSample:
     tool_calls: int
     turns: int
     error: str | None = None
+    rollout_logprobs: list[float] | None = None
+    """log π(token) of each response token under the weights that sampled it, at temperature 1 (0.0 on observation
+    tokens); None when the engine does not record them (see `RolloutEngine`'s `record_logprobs`)."""
     truncated: bool = False
     """The last turn was cut by the token limit before it closed, or the context filled: the reply was not
     finished (DAPO's overlong filtering leaves such replies out of the loss)."""
@@ -34,3 +37,5 @@ class TrainSample:
     response_ids: list[int]
     response_mask: list[int]
     advantage: float
+    rollout_logprobs: list[float] | None = None
+    """`RolloutSample.rollout_logprobs`, for the rollout correction and its mismatch metrics (None: not recorded)."""
