@@ -3,9 +3,10 @@ schema and docs, admin; error views that answer JSON under /api/."""
 
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
+from drf_spectacular.views import SpectacularAPIView
 
 from webapp.accounts.urls import api_urlpatterns as accounts_api
+from webapp.core.docs import SwaggerPage
 from webapp.experiments.urls import api_urlpatterns as experiments_api
 from webapp.runs.urls import api_urlpatterns as runs_api
 
@@ -16,8 +17,9 @@ urlpatterns = [
     path("accounts/", include("webapp.accounts.urls")),
     path("api/v1/", include(api_v1)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    # Swagger UI from the sidecar package's static files; its start script is a file too (no inline script).
-    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),
+    # Swagger UI from the sidecar package's static files; its start script is a file too (no inline script). A page
+    # for people: signed out, it sends them to sign in and back.
+    path("api/docs/", SwaggerPage.as_view(url_name="schema"), name="swagger-ui"),
     path("experiments/", include("webapp.experiments.urls")),
     path("", include("webapp.runs.urls")),
 ]

@@ -1,0 +1,59 @@
+"""What a newcomer sees on the way through the site, in a real browser: no page shows template source, the API docs
+send someone signed out to sign in and back, and a run that does not exist is the site's own 404 page."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.browser import test_dashboards_e2e as e2e
+from tests.browser.test_first_use import signed_in
+from tests.factories import RunFactory
+from webapp.runs.models import Run
+
+browser = e2e.browser  # the chromium fixture
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_page_shows_a_template_comment(browser, live_server, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, preset="smoke")
+    other = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, preset="smoke")
+    pages = signed_in(browser, live_server, alice)
+    paths = ["/", "/runs/new/", f"/runs/{run.pk}/", f"/runs/{run.pk}/clone/", f"/runs/{run.pk}/lineage/"]
+    paths += [f"/runs/{run.pk}/trajectories/", f"/compare/?runs={run.pk}&runs={other.pk}", "/experiments/"]
+    paths += ["/accounts/tokens/", f"/accounts/teams/{alice_team.slug}/"]
+    for path in paths:
+        response = pages.goto(path)
+        assert response.status == 200, path
+        if path == f"/runs/{run.pk}/":
+            pages.page.get_by_test_id("heatmaps").wait_for()  # the section whose comment showed
+        text = pages.page.content()
+        assert "{#" not in text and "#}" not in text, f"{path} shows template source"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_api_docs_send_someone_signed_out_to_sign_in_and_back(browser, live_server, alice):
+    pages = e2e.Pages(browser, live_server.url)
+    page = pages.page
+    pages.goto("/api/docs/")
+    page.wait_for_url("**/accounts/login/?next=/api/docs/")
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", e2e.PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/api/docs/")
+    page.locator(".opblock").first.wait_for()
+    pages.assert_no_errors("the API docs after signing in")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_missing_run_is_the_sites_404_page_with_its_navigation(browser, live_server, alice, bob, alice_team):
+    hidden = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED)
+    pages = signed_in(browser, live_server, bob)
+    page = pages.page
+    for path in (f"/runs/{uuid.uuid4()}/", f"/runs/{hidden.pk}/"):  # none at all, and alice's
+        response = pages.goto(path)
+        assert response.status == 404
+        assert page.get_by_test_id("not-found").is_visible()
+        assert page.get_by_role("navigation", name="Site").get_by_role("link", name="Runs").is_visible()
+        assert page.get_by_role("link", name="Back to your runs").is_visible()
