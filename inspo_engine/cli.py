@@ -485,7 +485,7 @@ class ExperimentRun:
         config = arm_config(experiment, arm, seed)
         directory = out / run_name(arm, seed)
         saved = directory / "config.json"
-        if saved.exists() and json.loads(saved.read_text(encoding="utf-8")) != config.to_dict():
+        if saved.exists() and not _same_config(saved, config):
             raise UsageError(f"{directory} holds a run of another config: give another --out, or delete it")
         directory.mkdir(parents=True, exist_ok=True)
         saved.write_text(config.to_json(), encoding="utf-8")
@@ -522,6 +522,14 @@ class ExperimentRun:
         return self.returncode is not None
 
 
+def _same_config(saved: Path, config: RunConfig) -> bool:
+    """Whether a saved config.json is `config`, fields added to the schema since it was written taking defaults."""
+    try:
+        return RunConfig.from_json(saved.read_text(encoding="utf-8")).to_dict() == config.to_dict()
+    except ConfigError:
+        return False
+
+
 def _last_step(path: Path, run: ExperimentRun) -> int:
     """The highest step_completed in the lines appended since the last read (`run.offset` remembers where)."""
     if not path.exists():
@@ -544,8 +552,9 @@ def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
 
     waiting = [run for run in runs if not run.done]
     active: list[ExperimentRun] = []
-    total = sum(run.total for run in runs)
-    with tqdm(total=total, unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
+    total, initial = sum(run.total for run in runs), sum(run.step for run in runs)
+    _stop_runs_on_sigterm(active)
+    with tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, file=sys.stderr) as bar:
         try:
             while waiting or active:
                 while waiting and len(active) < jobs:
@@ -565,6 +574,19 @@ def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
                 if run.process is not None:
                     run.process.wait()
             raise
+
+
+def _stop_runs_on_sigterm(active: list[ExperimentRun]) -> None:
+    """SIGTERM to the experiment reaches its runs as the Ctrl-C that `train` answers with a checkpoint (Ctrl-C at a
+    terminal reaches them by itself), and then stops the experiment as Ctrl-C does."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        for run in active:
+            if run.process is not None and run.process.poll() is None:
+                run.process.send_signal(signal.SIGINT)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 # -- verl-config ---------------------------------------------------------------------------------------------
