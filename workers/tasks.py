@@ -11,6 +11,7 @@ that starts again under the same name fails what it held before.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from celery import Task
@@ -19,6 +20,7 @@ from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
 from webapp.runs import lifecycle
+from webapp.runs.tasks import EVALUATION_TASK, HEATMAP_TASK, TRAINING_TASK
 
 from .evaluation import evaluation_execute
 from .heatmap import heatmap_execute
@@ -32,40 +34,29 @@ log = logging.getLogger(__name__)
 TRANSIENT = (OperationalError, InterfaceError)
 
 
-@app.task(
-    bind=True,
-    name="workers.tasks.run_training",
-    acks_late=True,
-    autoretry_for=TRANSIENT,
-    retry_backoff=5,
-    max_retries=3,
-)
+def claimed_work(name: str) -> Callable[[Callable[..., str]], Task]:
+    """The task of a queued row that a worker claims first (a run's training, an evaluation request, a heatmap):
+    bound (it reads its worker's name), acknowledged late (a message whose worker died is delivered again, and the
+    claim then finds the row taken or failed), and retried on database errors only."""
+    task: Callable[[Callable[..., str]], Task] = app.task(
+        bind=True, name=name, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3
+    )
+    return task
+
+
+@claimed_work(TRAINING_TASK)
 def run_training(self: Task, run_id: str) -> str:
     with sigterm_asks_to_stop():
         return run_execute(run_id=run_id, worker=self.request.hostname or "")
 
 
-@app.task(
-    bind=True,
-    name="workers.tasks.evaluate",
-    acks_late=True,
-    autoretry_for=TRANSIENT,
-    retry_backoff=5,
-    max_retries=3,
-)
+@claimed_work(EVALUATION_TASK)
 def evaluate(self: Task, request_id: int) -> str:
     with sigterm_asks_to_stop():
         return evaluation_execute(request_id=request_id, worker=self.request.hostname or "")
 
 
-@app.task(
-    bind=True,
-    name="workers.tasks.evaluate_heatmap",
-    acks_late=True,
-    autoretry_for=TRANSIENT,
-    retry_backoff=5,
-    max_retries=3,
-)
+@claimed_work(HEATMAP_TASK)
 def evaluate_heatmap(self: Task, heatmap_id: int) -> str:
     with sigterm_asks_to_stop():
         return heatmap_execute(heatmap_id=heatmap_id, worker=self.request.hostname or "")

@@ -199,7 +199,7 @@ def heatmap_request(*, run: Run, user: User, **choices: Any) -> Heatmap:
             },
             time=timezone.now(),
         )
-        tasks.heatmap_enqueue(heatmap)
+        tasks.enqueue(heatmap)
     return heatmap
 
 

@@ -1,7 +1,8 @@
 """The worker side of a run's life: a claim (an attempt), the rewind before a resumed attempt trains, how an
 attempt ends, what a restarted worker loses, and the sweep that fails lost and stalled runs, fails evaluations whose
 worker vanished, and hands the broker what it never received. (The user's side — submit, cancel, resume — is in
-`services`; docs/architecture.md draws the whole state machine.)
+`services`; docs/architecture.md draws the whole state machine.) Evaluation requests and heatmaps are queued jobs:
+their claim, end and sweep are `jobs`, whose kinds are declared here with what each writes when it ends.
 
 Every status change here is a conditional update. A run changes only while the attempt that makes the change still
 holds it: a worker that lost its run (failed as lost, then resumed and claimed by another) changes nothing.
@@ -27,6 +28,7 @@ from webapp.accounts.models import Team
 
 from . import tasks
 from .heatmaps import heatmap_best_by_step
+from .jobs import UNSENT_GRACE_S, Claim, JobKind, job_fail, job_fail_lost, job_finish, job_resend_unsent
 from .models import (
     Candidate,
     Checkpoint,
@@ -49,9 +51,6 @@ from .models import (
 log = logging.getLogger(__name__)
 
 HELD = (Run.Status.RUNNING, Run.Status.CANCELLING)
-UNSENT_GRACE_S = 30.0
-"""A queued row the broker has not accepted this long after it was queued is sent again by the sweep (the web
-process sends it when its transaction commits; this leaves that send time to finish)."""
 
 
 @dataclass(frozen=True)
@@ -228,8 +227,7 @@ def worker_restarted(*, worker: str) -> dict[str, int]:
     lost_after_s = settings.INSPO_LOST_AFTER_S
     return {
         "runs": run_fail_lost(stale_after_s=lost_after_s, worker=worker),
-        "evaluations": evaluation_fail_lost(stale_after_s=lost_after_s, worker=worker)
-        + heatmap_fail_lost(stale_after_s=lost_after_s, worker=worker),
+        "evaluations": jobs_fail_lost(stale_after_s=lost_after_s, worker=worker),
     }
 
 
@@ -254,7 +252,7 @@ def runs_start_pending(*, team_id: int) -> int:
                 status=Run.Status.QUEUED, queued_at=now, enqueued_at=None
             ):
                 run.refresh_from_db()
-                tasks.training_enqueue(run)
+                tasks.enqueue(run)
                 started += 1
     return started
 
@@ -320,79 +318,60 @@ def run_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None =
     """Send again the queued runs the broker never accepted (it was down when they were submitted or resumed)."""
     cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
     unsent = Run.objects.filter(status=Run.Status.QUEUED, enqueued_at__isnull=True, queued_at__lt=cutoff)
-    return sum(tasks.training_send(run) for run in unsent)
+    return sum(tasks.deliver(run) for run in unsent)
 
 
-@dataclass(frozen=True)
-class EvaluationClaim:
+# -- queued jobs: evaluation requests and heatmaps (see `jobs`) --------------------------------------------------
+
+
+def _heatmap_failed(heatmap_id: int, reason: str) -> None:
+    """A failed heatmap leaves a `heatmap_failed` note on the run's timeline; its scored cells stay."""
+    _heatmap_note(heatmap_id, "heatmap_failed", error=reason[:2000])
+
+
+EVALUATION = JobKind(EvaluationRequest)
+HEATMAP = JobKind(Heatmap, failed=_heatmap_failed)
+JOBS: tuple[JobKind[Any], ...] = (EVALUATION, HEATMAP)
+"""Every kind of queued job, for the sweep and a restarted worker."""
+
+
+class EvaluationClaim(Claim[EvaluationRequest]):
     """A worker's hold on a running evaluation request."""
 
-    request_id: int
-    worker: str
+    def __init__(self, *, request_id: int, worker: str) -> None:
+        super().__init__(EVALUATION, request_id, worker)
 
-    def held(self) -> QuerySet[EvaluationRequest]:
-        running = EvaluationRequest.objects.filter(pk=self.request_id, status=EvaluationRequest.Status.RUNNING)
-        return running.filter(worker=self.worker[:200])
 
-    def beat(self, *, stage: str, progress_at: datetime) -> bool:
-        return bool(self.held().update(heartbeat_at=timezone.now()))
+class HeatmapClaim(Claim[Heatmap]):
+    """A worker's hold on a running heatmap."""
 
-    def give_up(self, reason: str) -> bool:
-        return bool(evaluation_fail(request_id=self.request_id, reason=reason, worker=self.worker[:200]))
-
-    def __str__(self) -> str:
-        return f"evaluation request {self.request_id}"
+    def __init__(self, *, heatmap_id: int, worker: str) -> None:
+        super().__init__(HEATMAP, heatmap_id, worker)
 
 
 def evaluation_claim(*, request_id: int, worker: str) -> EvaluationClaim | None:
     """Take a queued evaluation request (queued → running); None when another delivery got it first."""
-    now = timezone.now()
-    claimed = EvaluationRequest.objects.filter(pk=request_id, status=EvaluationRequest.Status.QUEUED).update(
-        status=EvaluationRequest.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200]
-    )
-    return EvaluationClaim(request_id=request_id, worker=worker) if claimed else None
+    return EvaluationClaim(request_id=request_id, worker=worker).take()
 
 
-def evaluation_finish(claim: EvaluationClaim, results: list[Evaluation]) -> bool:
+def heatmap_claim(*, heatmap_id: int, worker: str) -> HeatmapClaim | None:
+    """Take a queued heatmap (queued → running); None when another delivery got it first."""
+    return HeatmapClaim(heatmap_id=heatmap_id, worker=worker).take()
+
+
+def evaluation_finish(claim: Claim[EvaluationRequest], results: list[Evaluation]) -> bool:
     """Store the results and mark the request finished, in one transaction, if the claim still holds it."""
-    with transaction.atomic():
-        if not claim.held().update(status=EvaluationRequest.Status.FINISHED, finished_at=timezone.now()):
-            return False
-        Evaluation.objects.bulk_create(results)
-    return True
-
-
-def evaluation_fail(*, request_id: int, reason: str, **still: Any) -> int:
-    """Fail a running evaluation request with the reason, if it is still running (and matches `still`)."""
-    running = EvaluationRequest.objects.filter(pk=request_id, status=EvaluationRequest.Status.RUNNING, **still)
-    return running.update(status=EvaluationRequest.Status.FAILED, error=reason[:10_000], finished_at=timezone.now())
+    return job_finish(claim, lambda: Evaluation.objects.bulk_create(results))
 
 
 def evaluation_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
     """Fail running evaluation requests whose worker is gone (no heartbeat, or the worker restarted)."""
-    running = EvaluationRequest.objects.filter(status=EvaluationRequest.Status.RUNNING)
-    if worker:
-        return sum(
-            evaluation_fail(request_id=pk, reason=f"worker lost: {worker} restarted; request it again", worker=worker)
-            for pk in running.filter(worker=worker).values_list("pk", flat=True)
-        )
-    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
-    return sum(
-        evaluation_fail(
-            request_id=request.pk,
-            reason=f"worker lost: no heartbeat since {request.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC; request it again",
-            heartbeat_at__lt=cutoff,
-        )
-        for request in running.filter(heartbeat_at__lt=cutoff)
-    )
+    return job_fail_lost(EVALUATION, stale_after_s=stale_after_s, worker=worker, now=now)
 
 
-def evaluation_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None = None) -> int:
-    cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
-    unsent = EvaluationRequest.objects.filter(
-        status=EvaluationRequest.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=cutoff
-    ).select_related("run")
-    return sum(tasks.evaluation_send(request) for request in unsent)
+def jobs_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
+    """Fail running jobs of every kind whose worker is gone (see `jobs.job_fail_lost`)."""
+    return sum(job_fail_lost(kind, stale_after_s=stale_after_s, worker=worker, now=now) for kind in JOBS)
 
 
 def sweep(*, now: datetime | None = None) -> dict[str, int]:
@@ -402,61 +381,30 @@ def sweep(*, now: datetime | None = None) -> dict[str, int]:
     return {
         "runs_lost": run_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
         "runs_stalled": run_fail_stalled(stall_after_s=settings.INSPO_STALL_AFTER_S, now=now),
-        "evaluations_lost": evaluation_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now)
-        + heatmap_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
+        "evaluations_lost": jobs_fail_lost(stale_after_s=settings.INSPO_LOST_AFTER_S, now=now),
         "runs_resent": run_resend_unsent(now=now),
         "runs_started": runs_start_all_pending(),
-        "evaluations_resent": evaluation_resend_unsent(now=now) + heatmap_resend_unsent(now=now),
+        "evaluations_resent": sum(job_resend_unsent(kind, now=now) for kind in JOBS),
     }
 
 
 # -- heatmaps: an instruction × checkpoint evaluation, cell by cell -----------------------------------------------
 
 
-@dataclass(frozen=True)
-class HeatmapClaim:
-    """A worker's hold on a running heatmap."""
-
-    heatmap_id: int
-    worker: str
-
-    def held(self) -> QuerySet[Heatmap]:
-        running = Heatmap.objects.filter(pk=self.heatmap_id, status=Heatmap.Status.RUNNING)
-        return running.filter(worker=self.worker[:200])
-
-    def beat(self, *, stage: str, progress_at: datetime) -> bool:
-        return bool(self.held().update(heartbeat_at=timezone.now()))
-
-    def give_up(self, reason: str) -> bool:
-        return bool(heatmap_fail(heatmap_id=self.heatmap_id, reason=reason, worker=self.worker[:200]))
-
-    def __str__(self) -> str:
-        return f"heatmap {self.heatmap_id}"
-
-
-def heatmap_claim(*, heatmap_id: int, worker: str) -> HeatmapClaim | None:
-    """Take a queued heatmap (queued → running); None when another delivery got it first."""
-    now = timezone.now()
-    claimed = Heatmap.objects.filter(pk=heatmap_id, status=Heatmap.Status.QUEUED).update(
-        status=Heatmap.Status.RUNNING, started_at=now, heartbeat_at=now, worker=worker[:200]
-    )
-    return HeatmapClaim(heatmap_id=heatmap_id, worker=worker) if claimed else None
-
-
-def heatmap_sample(claim: HeatmapClaim, question_ids: list[str]) -> bool:
+def heatmap_sample(claim: Claim[Heatmap], question_ids: list[str]) -> bool:
     """Record the questions every cell answers, if the claim still holds the heatmap."""
     return bool(claim.held().update(question_ids=question_ids, heartbeat_at=timezone.now()))
 
 
 def heatmap_cell_store(
-    claim: HeatmapClaim, *, cell_id: int, scores: dict[str, float], trajectories: list[dict[str, Any]]
+    claim: Claim[Heatmap], *, cell_id: int, scores: dict[str, float], trajectories: list[dict[str, Any]]
 ) -> bool:
     """Store one scored cell, if the claim still holds the heatmap (its row locked while the cell is written)."""
     now = timezone.now()
     with transaction.atomic():
         if not claim.held().update(heartbeat_at=now):
             return False
-        HeatmapCell.objects.filter(pk=cell_id, heatmap_id=claim.heatmap_id).update(
+        HeatmapCell.objects.filter(pk=cell_id, heatmap_id=claim.job_id).update(
             em=scores["em"],
             f1=scores["f1"],
             answered=scores.get("answered"),
@@ -467,26 +415,20 @@ def heatmap_cell_store(
     return True
 
 
-def heatmap_finish(claim: HeatmapClaim) -> bool:
+def heatmap_finish(claim: Claim[Heatmap]) -> bool:
     """Mark the heatmap finished, with a `heatmap_finished` note naming the best instruction of each checkpoint,
     if the claim still holds it."""
-    with transaction.atomic():
-        if not claim.held().update(status=Heatmap.Status.FINISHED, finished_at=timezone.now()):
-            return False
-        _heatmap_note(claim.heatmap_id, "heatmap_finished", best=heatmap_best_by_step(heatmap_id=claim.heatmap_id))
-    return True
+
+    def note() -> None:
+        _heatmap_note(claim.job_id, "heatmap_finished", best=heatmap_best_by_step(heatmap_id=claim.job_id))
+
+    return job_finish(claim, note)
 
 
 def heatmap_fail(*, heatmap_id: int, reason: str, **still: Any) -> int:
     """Fail a queued or running heatmap with the reason (its scored cells stay), if it still is one (and matches
     `still`), with a `heatmap_failed` note."""
-    with transaction.atomic():
-        failed = Heatmap.objects.filter(
-            pk=heatmap_id, status__in=(Heatmap.Status.QUEUED, Heatmap.Status.RUNNING), **still
-        ).update(status=Heatmap.Status.FAILED, error=reason[:10_000], finished_at=timezone.now())
-        if failed:
-            _heatmap_note(heatmap_id, "heatmap_failed", error=reason[:2000])
-    return failed
+    return job_fail(HEATMAP, job_id=heatmap_id, reason=reason, **still)
 
 
 def _heatmap_note(heatmap_id: int, kind: str, **payload: Any) -> None:
@@ -499,31 +441,3 @@ def _heatmap_note(heatmap_id: int, kind: str, **payload: Any) -> None:
         payload={"heatmap_id": heatmap_id, "cells_done": cells.filter(finished_at__isnull=False).count(), **payload},
         time=timezone.now(),
     )
-
-
-def heatmap_fail_lost(*, stale_after_s: float, worker: str | None = None, now: datetime | None = None) -> int:
-    """Fail running heatmaps whose worker is gone (no heartbeat, or the worker restarted); their scored cells
-    stay."""
-    running = Heatmap.objects.filter(status=Heatmap.Status.RUNNING)
-    if worker:
-        return sum(
-            heatmap_fail(heatmap_id=pk, reason=f"worker lost: {worker} restarted; request it again", worker=worker)
-            for pk in running.filter(worker=worker).values_list("pk", flat=True)
-        )
-    cutoff = (now or timezone.now()) - timedelta(seconds=stale_after_s)
-    return sum(
-        heatmap_fail(
-            heatmap_id=heatmap.pk,
-            reason=f"worker lost: no heartbeat since {heatmap.heartbeat_at:%Y-%m-%d %H:%M:%S} UTC; request it again",
-            heartbeat_at__lt=cutoff,
-        )
-        for heatmap in running.filter(heartbeat_at__lt=cutoff)
-    )
-
-
-def heatmap_resend_unsent(*, grace_s: float = UNSENT_GRACE_S, now: datetime | None = None) -> int:
-    cutoff = (now or timezone.now()) - timedelta(seconds=grace_s)
-    unsent = Heatmap.objects.filter(
-        status=Heatmap.Status.QUEUED, enqueued_at__isnull=True, created_at__lt=cutoff
-    ).select_related("run")
-    return sum(tasks.heatmap_send(heatmap) for heatmap in unsent)

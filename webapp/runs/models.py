@@ -349,8 +349,13 @@ class Checkpoint(models.Model):
         constraints = (models.UniqueConstraint(fields=["run", "step"], name="one_checkpoint_per_step"),)
 
 
-class EvaluationRequest(models.Model):
-    """A request to evaluate a checkpoint on chosen benchmarks; its results arrive as Evaluation rows."""
+class QueuedJob(models.Model):
+    """Work on a run that a worker takes once from a queue: queued until a worker claims it (running, under the
+    worker's name, with a heartbeat), then finished or failed with why. It never goes back to queued, so its one
+    claim is its only attempt. Evaluation requests and heatmaps are queued jobs; `jobs` holds their lifecycle."""
+
+    run: Run
+    """Each kind declares its own ForeignKey to the run (with its own related name)."""
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -358,11 +363,6 @@ class EvaluationRequest(models.Model):
         FINISHED = "finished"
         FAILED = "failed"
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluation_requests")
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="evaluation_requests")
-    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    benchmarks = models.JSONField()
-    limit = models.IntegerField(null=True, blank=True, help_text="Questions per benchmark (empty: all).")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -371,6 +371,19 @@ class EvaluationRequest(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) it.")
     finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class EvaluationRequest(QueuedJob):
+    """A request to evaluate a checkpoint on chosen benchmarks; its results arrive as Evaluation rows."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="evaluation_requests")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="evaluation_requests")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    benchmarks = models.JSONField()
+    limit = models.IntegerField(null=True, blank=True, help_text="Questions per benchmark (empty: all).")
 
     class Meta:
         ordering = ("-created_at",)
@@ -416,9 +429,7 @@ class EvaluationAnswer(models.Model):
 
     class Meta:
         ordering = ("evaluation", "id")
-        constraints = (
-            models.UniqueConstraint(fields=["evaluation", "question_id"], name="one_answer_per_question"),
-        )
+        constraints = (models.UniqueConstraint(fields=["evaluation", "question_id"], name="one_answer_per_question"),)
 
 
 class ControlRequest(models.Model):
@@ -476,15 +487,9 @@ class RunNote(models.Model):
         indexes = (models.Index(fields=["run", "step"], name="note_run_step"),)
 
 
-class Heatmap(models.Model):
+class Heatmap(QueuedJob):
     """An instruction × checkpoint evaluation of a run: each chosen instruction answers the same benchmark sample
     greedily with each chosen checkpoint's policy, one HeatmapCell per pair; cells fill in as they are scored."""
-
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        FINISHED = "finished"
-        FAILED = "failed"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="heatmaps")
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -492,14 +497,6 @@ class Heatmap(models.Model):
     sample_size = models.IntegerField(help_text="Questions of the benchmark's test split answered in every cell.")
     sample_seed = models.BigIntegerField(default=0, help_text="Draws the sample: same seed and size, same questions.")
     question_ids = models.JSONField(default=list, blank=True, help_text="The sample, once the worker drew it.")
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    enqueued_at = models.DateTimeField(null=True, blank=True, help_text="When the broker accepted its task.")
-    started_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    worker = models.CharField(max_length=200, blank=True, help_text="The Celery worker that holds (held) it.")
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ("-created_at", "-id")

@@ -109,7 +109,7 @@ def run_submit(
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
         if not waits:
-            tasks.training_enqueue(run)
+            tasks.enqueue(run)
     return run
 
 
@@ -174,7 +174,7 @@ def run_resume(*, run: Run, user: User) -> Run:
             status = Run.objects.values_list("status", flat=True).get(pk=run.pk)
             raise Conflict(f"the run is {status}; only failed or cancelled runs can be resumed")
         run.refresh_from_db()
-        tasks.training_enqueue(run)
+        tasks.enqueue(run)
     return run
 
 
@@ -204,7 +204,7 @@ def run_evaluate(
         request = EvaluationRequest.objects.create(
             run=run, checkpoint=checkpoint, requested_by=user, benchmarks=list(dict.fromkeys(names)), limit=limit
         )
-        tasks.evaluation_enqueue(request)
+        tasks.enqueue(request)
     return request
 
 

@@ -1,4 +1,5 @@
-"""Hands runs' work to Celery once the surrounding transaction commits, on the queue the run's backend needs.
+"""Hands runs' work to Celery once the surrounding transaction commits, on the queue the run's backend needs: a
+run's training, and its queued jobs (evaluation requests, heatmaps).
 
 The tasks themselves live in `workers.tasks`; they are sent by name so the web process never imports the engine's
 training stack. A send that fails (the broker is down) leaves the row queued and unsent: the periodic sweep
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from webapp.config.celery import app
 
-from .models import EvaluationRequest, Heatmap, Run
+from .models import EvaluationRequest, Heatmap, QueuedJob, Run
 
 log = logging.getLogger(__name__)
 
@@ -24,41 +25,27 @@ EVALUATION_TASK = "workers.tasks.evaluate"
 HEATMAP_TASK = "workers.tasks.evaluate_heatmap"
 
 
-def training_enqueue(run: Run) -> None:
-    transaction.on_commit(lambda: training_send(run))
+TASKS: dict[type[Run | QueuedJob], str] = {
+    Run: TRAINING_TASK,
+    EvaluationRequest: EVALUATION_TASK,
+    Heatmap: HEATMAP_TASK,
+}
+"""The task that does each kind of queued row's work."""
 
 
-def evaluation_enqueue(request: EvaluationRequest) -> None:
-    transaction.on_commit(lambda: evaluation_send(request))
+def enqueue(row: Run | QueuedJob) -> None:
+    """Send the row's task once the surrounding transaction commits (see `deliver`)."""
+    transaction.on_commit(lambda: deliver(row))
 
 
-def heatmap_enqueue(heatmap: Heatmap) -> None:
-    transaction.on_commit(lambda: heatmap_send(heatmap))
-
-
-def training_send(run: Run) -> int:
-    """Send the run's task now and note that the broker has it; 0 when the broker could not be reached."""
-    if not _send_or_log(TRAINING_TASK, [str(run.pk)], run.queue):
+def deliver(row: Run | QueuedJob) -> int:
+    """Send the row's task now, on the queue its run's backend needs, and note that the broker has it (while the
+    row is still queued and unsent); 0 when the broker could not be reached."""
+    run, arg = (row, str(row.pk)) if isinstance(row, Run) else (row.run, row.pk)
+    if not _send_or_log(TASKS[type(row)], [arg], run.queue):
         return 0
-    Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED, enqueued_at__isnull=True).update(enqueued_at=timezone.now())
-    return 1
-
-
-def evaluation_send(request: EvaluationRequest) -> int:
-    if not _send_or_log(EVALUATION_TASK, [request.pk], request.run.queue):
-        return 0
-    EvaluationRequest.objects.filter(
-        pk=request.pk, status=EvaluationRequest.Status.QUEUED, enqueued_at__isnull=True
-    ).update(enqueued_at=timezone.now())
-    return 1
-
-
-def heatmap_send(heatmap: Heatmap) -> int:
-    if not _send_or_log(HEATMAP_TASK, [heatmap.pk], heatmap.run.queue):
-        return 0
-    Heatmap.objects.filter(pk=heatmap.pk, status=Heatmap.Status.QUEUED, enqueued_at__isnull=True).update(
-        enqueued_at=timezone.now()
-    )
+    unsent = type(row)._default_manager.filter(pk=row.pk, status=Run.Status.QUEUED, enqueued_at__isnull=True)
+    unsent.update(enqueued_at=timezone.now())
     return 1
 
 
