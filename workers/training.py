@@ -26,6 +26,7 @@ from webapp.runs.recorder import DatabaseSink
 
 from .control import ControlRelay, DatabaseControl
 from .liveness import Watchdog, shutdown_requested_at
+from .progress import StepLog
 
 log = logging.getLogger(__name__)
 
@@ -102,9 +103,10 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
 
 
 def _sinks(run: Run, attempt: Attempt, watchdog: Watchdog) -> tuple[DatabaseSink, ev.EventSink]:
-    """The database sink, fenced by the attempt, and what the engine emits to: the watchdog sees progress first."""
+    """The database sink, fenced by the attempt, and what the engine emits to: the watchdog sees progress first, the
+    worker's log gets a line per recorded step last."""
     database = DatabaseSink(run.pk, attempt=attempt)
-    return database, ev.FanoutSink(watchdog, database)
+    return database, ev.FanoutSink(watchdog, database, StepLog(run.pk))
 
 
 def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
