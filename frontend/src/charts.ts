@@ -12,6 +12,7 @@ import {
 } from "echarts/components";
 import * as echarts from "echarts/core";
 import { CanvasRenderer } from "echarts/renderers";
+import { numberLabels } from "./transforms/axis";
 
 echarts.use([
   LineChart,
@@ -28,6 +29,8 @@ echarts.use([
 
 export type Chart = echarts.ECharts;
 export type Option = echarts.EChartsCoreOption;
+
+export { numberLabels };
 
 /** The four panels of the paper's Fig. 2, in its order. */
 export const PANELS = [
@@ -83,7 +86,8 @@ export function linkCharts(charts: Chart[], group: string): void {
   echarts.connect(group);
 }
 
-/** A line panel over steps: grid, numeric step axis and a shared tooltip; animation off so live updates are cheap. */
+/** A line panel over steps: grid, numeric step axis and a shared tooltip; animation off so live updates are cheap.
+ * Both axes label their ticks with `axisNumber` (no 48.00000000000001). */
 export function linePanel(title: string, series: object[], extra: Option = {}): Option {
   return {
     animation: false,
@@ -91,8 +95,15 @@ export function linePanel(title: string, series: object[], extra: Option = {}): 
     title: { text: title, left: 0, top: 0, textStyle: { fontSize: 13, fontWeight: 600 } },
     grid: { left: 48, right: 12, top: 32, bottom: 28 },
     tooltip: { trigger: "axis", valueFormatter: (v: unknown) => (typeof v === "number" ? v.toFixed(3) : "—") },
-    xAxis: { type: "value", name: "step", nameGap: 4, minInterval: 1, nameTextStyle: { align: "right" } },
-    yAxis: { type: "value", scale: true, splitNumber: 4 },
+    xAxis: {
+      type: "value",
+      name: "step",
+      nameGap: 4,
+      minInterval: 1,
+      nameTextStyle: { align: "right" },
+      axisLabel: numberLabels,
+    },
+    yAxis: { type: "value", scale: true, splitNumber: 4, axisLabel: numberLabels },
     series,
     ...extra,
   };

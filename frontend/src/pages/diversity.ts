@@ -3,7 +3,7 @@
  * is collapsed — which a member of the team may acknowledge. */
 
 import { Api, describeError } from "../api";
-import { colorAt, createChart, linePanel, type Chart } from "../charts";
+import { colorAt, createChart, linePanel, numberLabels, type Chart } from "../charts";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { alarmText, bannerAlarm, lastRecordPerStep } from "../transforms/diversity";
 import { points } from "../transforms/smoothing";
@@ -90,10 +90,25 @@ export class DiversitySection {
         {
           grid: { left: 40, right: 40, top: 32, bottom: 56 },
           legend: { type: "scroll", bottom: 0 },
-          xAxis: { type: "value", name: "step", nameGap: 4, min: 0, max: maxStep, minInterval: 1 },
+          xAxis: {
+            type: "value",
+            name: "step",
+            nameGap: 4,
+            min: 0,
+            max: maxStep,
+            minInterval: 1,
+            axisLabel: numberLabels,
+          },
           yAxis: [
-            { type: "value", min: 0, max: 1, splitNumber: 4 },
-            { type: "value", min: 0, minInterval: 1, splitLine: { show: false }, name: "strategies" },
+            { type: "value", min: 0, max: 1, splitNumber: 4, axisLabel: numberLabels },
+            {
+              type: "value",
+              min: 0,
+              minInterval: 1,
+              splitLine: { show: false },
+              name: "strategies",
+              axisLabel: numberLabels,
+            },
           ],
         },
       ),

@@ -3,7 +3,7 @@
  * refreshed in place every few seconds, and the charts with them. */
 
 import { Api, describeError } from "../api";
-import { colorAt, createChart, linePanel, type Chart } from "../charts";
+import { colorAt, createChart, linePanel, numberLabels, type Chart } from "../charts";
 import { byTestId, escapeHtml, fill } from "../dom";
 import { armEms, bandPoints } from "../transforms/experiment";
 import type { ExperimentDetail } from "../types";
@@ -146,7 +146,7 @@ function drawEm(chart: Chart, detail: ExperimentDetail): void {
       grid: { left: 48, right: 12, top: 32, bottom: 28 },
       tooltip: { trigger: "item" },
       xAxis: { type: "category", data: arms },
-      yAxis: { type: "value", scale: true, splitNumber: 4 },
+      yAxis: { type: "value", scale: true, splitNumber: 4, axisLabel: numberLabels },
       series,
     },
     { notMerge: true },

@@ -1,7 +1,16 @@
 /** The run page's charts: the four Fig. 2 panels with smoothing, the population's shares over steps, and the
  * evolution markers on the step axis. They are redrawn from data on every update; they hold no state of their own. */
 
-import { colorAt, createChart, linePanel, linkCharts, PANELS, type Chart, type PanelKey } from "../charts";
+import {
+  colorAt,
+  createChart,
+  linePanel,
+  linkCharts,
+  numberLabels,
+  PANELS,
+  type Chart,
+  type PanelKey,
+} from "../charts";
 import { byTestId, escapeHtml } from "../dom";
 import { MARKER_KINDS, type Marker, type Shares } from "../transforms/population";
 import { ema, points } from "../transforms/smoothing";
@@ -96,7 +105,7 @@ export class RunCharts {
         grid: { left: 48, right: 12, top: 32, bottom: 56 },
         legend: { type: "scroll", bottom: 0 },
         xAxis: stepAxis(maxStep),
-        yAxis: { type: "value", min: 0, max: 1, splitNumber: 4 },
+        yAxis: { type: "value", min: 0, max: 1, splitNumber: 4, axisLabel: numberLabels },
         tooltip: {
           trigger: "axis",
           valueFormatter: (v: unknown) => (typeof v === "number" ? `${(100 * v).toFixed(1)} %` : "—"),
@@ -136,5 +145,13 @@ export class RunCharts {
 
 /** The same step range on every chart, from 0 to the run's planned length, so a live run grows to the right. */
 function stepAxis(maxStep: number): object {
-  return { type: "value", name: "step", nameGap: 4, min: 0, max: Math.max(1, maxStep), minInterval: 1 };
+  return {
+    type: "value",
+    name: "step",
+    nameGap: 4,
+    min: 0,
+    max: Math.max(1, maxStep),
+    minInterval: 1,
+    axisLabel: numberLabels,
+  };
 }
