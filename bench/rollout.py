@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/rollout.py [--batch-questions 8 --group 5 --new-tokens 128 --threads N --repeats R]
                                       [--rollout-dtype policy|bfloat16] [--hf-dtype float32|bfloat16]
+                                      [--precision fp32 bf16-mixed] [--device cpu|cuda]
 
 Both sides sample (temperature 1, top-p 1) exactly `--new-tokens` tokens for each of batch-questions × group
 prompts: `generate` with min_new_tokens = max_new_tokens, the engine with stop strings and EOS ignored for one turn
@@ -15,6 +16,11 @@ The policy is float32, as the CPU backend loads it. `--rollout-dtype bfloat16` r
 that `backend.rollout_dtype` configures, and then also measures the rollout/policy mismatch that copy causes over
 the engine's sampled tokens (verl's `rollout_probs_diff` and more: see `mismatch`); `--hf-dtype bfloat16` runs
 `generate` on a bfloat16 copy too, for a like-for-like comparison.
+
+`--precision` runs the comparison like for like at each `backend.precision` named, into one table: `fp32` is the
+float32 policy on both sides, `bf16-mixed` the engine on its bfloat16 rollout copy against `generate` on a bfloat16
+copy (it replaces --rollout-dtype and --hf-dtype). `--device cuda` runs both sides on the GPU (the matmul ceiling is
+then the GPU's float32 one).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.precision import plan  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, RolloutWeights, _Row  # noqa: E402
 from inspo_engine.backends.torch.samples import RolloutSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION  # noqa: E402
@@ -86,20 +93,33 @@ class Timing:
         return self.tokens / self.seconds
 
 
+DEVICE = torch.device("cpu")
+"""Where both sides run (`--device`)."""
+
+
+def synchronize() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def timed(method: str, tokens: int, work: Callable[[], object]) -> Timing:
+    synchronize()
     start, cpu = time.perf_counter(), time.process_time()
     work()
+    synchronize()
     seconds = time.perf_counter() - start
     return Timing(method, tokens, seconds, time.process_time() - cpu, os.getloadavg()[0])
 
 
 def matmul_gflops(size: int = 2048, repeats: int = 10) -> float:
-    a, b = torch.randn(size, size), torch.randn(size, size)
+    a, b = torch.randn(size, size, device=DEVICE), torch.randn(size, size, device=DEVICE)
     a @ b
     best = float("inf")
     for _ in range(repeats):
+        synchronize()
         start = time.perf_counter()
         a @ b
+        synchronize()
         best = min(best, time.perf_counter() - start)
     return 2 * size**3 / best / 1e9
 
@@ -113,7 +133,7 @@ def hf_generate(model: Any, tokenizer: Any, items: list[tuple[str, Question]], n
         )
         for instruction, question in items
     ]
-    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(DEVICE)
     torch.manual_seed(0)  # generate samples from the global generator; this script owns it
     out = model.generate(
         **batch,
@@ -133,13 +153,11 @@ def fixed_length_engine(
     settings = RolloutSettings(
         max_turns=0, max_turn_tokens=new_tokens, max_obs_tokens=500, max_prompt_length=4096, top_k=3
     )
-    return FixedLengthEngine(
-        model, tokenizer, FixedPassages(), settings, device=torch.device("cpu"), weights_dtype=weights_dtype
-    )
+    return FixedLengthEngine(model, tokenizer, FixedPassages(), settings, device=DEVICE, weights_dtype=weights_dtype)
 
 
 def engine_generate(engine: RolloutEngine, items: list[tuple[str, Question]], new_tokens: int) -> list[RolloutSample]:
-    samples = engine.generate(items, generator=torch.Generator().manual_seed(0))
+    samples = engine.generate(items, generator=torch.Generator(device=DEVICE).manual_seed(0))
     assert all(len(s.response_ids) == new_tokens and s.error is None for s in samples)
     return samples
 
@@ -157,19 +175,25 @@ def parse_args() -> argparse.Namespace:
         "--rollout-dtype", choices=sorted(ROLLOUT_DTYPES), default="policy", help="the engine's backend.rollout_dtype"
     )
     parser.add_argument("--hf-dtype", choices=["float32", "bfloat16"], default="float32", help="weights generate reads")
+    parser.add_argument(
+        "--precision", nargs="+", choices=["fp32", "bf16-mixed"], help="like-for-like runs at each, one table"
+    )
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     return parser.parse_args()
 
 
 def main() -> None:
+    global DEVICE
     args = parse_args()
+    DEVICE = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_policy(
-        resolve_model(SMOLLM2, args.cache_dir), device=torch.device("cpu"), dtype=torch.float32
-    )
+    model, tokenizer = load_policy(resolve_model(SMOLLM2, args.cache_dir), device=DEVICE, dtype=torch.float32)
+    if args.precision:
+        compare_precisions(args, model, tokenizer)
+        return
     params = sum(p.numel() for p in model.parameters())
-    questions = [Question(f"q{i}", QUESTIONS[i % len(QUESTIONS)], ("",)) for i in range(args.batch_questions)]
-    items = [(SEED_INSTRUCTION, q) for q in questions for _ in range(args.group)]
+    items = batch_items(args)
     dtype = ROLLOUT_DTYPES[args.rollout_dtype]
     engines = [fixed_length_engine(model, tokenizer, n, dtype) for n in (args.new_tokens, 1)]
     hf_model = RolloutWeights(model, torch.bfloat16 if args.hf_dtype == "bfloat16" else None).current()
@@ -191,6 +215,51 @@ def main() -> None:
         print(
             "\nrollout/policy mismatch on the engine's sampled tokens: "
             + ", ".join(f"{name}={value:.4g}" for name, value in measured.items())
+        )
+
+
+def batch_items(args: argparse.Namespace) -> list[tuple[str, Question]]:
+    questions = [Question(f"q{i}", QUESTIONS[i % len(QUESTIONS)], ("",)) for i in range(args.batch_questions)]
+    return [(SEED_INSTRUCTION, q) for q in questions for _ in range(args.group)]
+
+
+def compare_precisions(args: argparse.Namespace, model: Any, tokenizer: Any) -> None:
+    """`--precision`: for each precision, the engine and `generate` on the same weights' dtype, interleaved over
+    --repeats (fastest kept), then one table with both and each precision's speed-up."""
+    items = batch_items(args)
+    sides = {}
+    for precision in args.precision:
+        dtype = plan(precision).rollout
+        engine = fixed_length_engine(model, tokenizer, args.new_tokens, dtype)
+        hf_model = RolloutWeights(model, dtype).current()
+        with torch.inference_mode():
+            engine_generate(fixed_length_engine(model, tokenizer, 2, dtype), items[:2], 2)  # warm-ups
+            hf_generate(hf_model, tokenizer, items[:2], 2)
+        sides[precision] = (engine, hf_model)
+    best: dict[tuple[str, str], Timing] = {}
+    tokens = len(items) * args.new_tokens
+    with torch.inference_mode():
+        for _ in range(args.repeats):
+            for precision, (engine, hf_model) in sides.items():
+                runs = [
+                    timed("generate", tokens, lambda m=hf_model: hf_generate(m, tokenizer, items, args.new_tokens)),
+                    timed("RolloutEngine", tokens, lambda e=engine: engine_generate(e, items, args.new_tokens)),
+                ]
+                for run in runs:
+                    key = (precision, run.method)
+                    best[key] = min(best.get(key, run), run, key=lambda t: t.seconds)
+    print(
+        f"SmolLM2-135M-Instruct on {DEVICE.type}, {torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs; "
+        f"batch {args.batch_questions} questions × G = {args.group}, {args.new_tokens} new tokens each, fastest of "
+        f"{args.repeats}\n"
+    )
+    print("| precision | generate tokens/s | RolloutEngine tokens/s | speed-up | by CPU time | load avg (1 min) |")
+    print("|---|---|---|---|---|---|")
+    for precision in sides:
+        hf, ours = best[(precision, "generate")], best[(precision, "RolloutEngine")]
+        print(
+            f"| {precision} | {hf.rate:.1f} | {ours.rate:.1f} | {ours.rate / hf.rate:.2f} | "
+            f"{hf.cpu_seconds / ours.cpu_seconds:.2f} | {max(hf.load, ours.load):.2f} |"
         )
 
 
@@ -216,8 +285,8 @@ def mismatch(policy: Any, rollout: Any, samples: list[RolloutSample]) -> dict[st
     totals = {"probs_diff_mean": 0.0, "logprob_diff_mean": 0.0, "kl_mean": 0.0, "ratio_outside_clip": 0.0}
     probs_diff_max, agree, count = 0.0, 0, 0
     for sample in samples:
-        ids = torch.tensor([sample.prompt_ids + sample.response_ids])
-        start, targets = len(sample.prompt_ids), torch.tensor(sample.response_ids)
+        ids = torch.tensor([sample.prompt_ids + sample.response_ids], device=DEVICE)
+        start, targets = len(sample.prompt_ids), torch.tensor(sample.response_ids, device=DEVICE)
         log_p, log_r = (
             torch.log_softmax(model(input_ids=ids).logits[0, start - 1 : -1].float(), dim=-1)
             for model in (policy, rollout)

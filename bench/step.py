@@ -13,6 +13,11 @@ prompt read once, the output head only where a token is trained), alternating th
 copies of the same initial model, and prints the median seconds of each phase and the ratio full ÷ shared.
 
     .venv/bin/python bench/step.py --paths [--questions 4] [--group 4] [--repeats 3] [--threads 1]
+
+With `--precision fp32 bf16-mixed`, it runs the static baseline once at each `backend.precision` and prints the
+phases side by side, with the rollout mismatch the bf16-mixed run logged (`--device cuda` runs on the GPU).
+
+    .venv/bin/python bench/step.py --precision fp32 bf16-mixed [--steps 2] [--questions 4] [--group 4]
 """
 
 from __future__ import annotations
@@ -38,10 +43,12 @@ from inspo_engine.types import RolloutRequest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def config_for(mode: str, args: argparse.Namespace) -> RunConfig:
+def config_for(mode: str, args: argparse.Namespace, precision: str = "fp32") -> RunConfig:
     steps = args.steps
     return preset("cpu-demo").with_overrides(
         {
+            "backend.precision": precision,
+            "backend.device": args.device,
             "mode": mode,
             "total_steps": steps,
             "grpo.batch_size": args.questions,
@@ -57,10 +64,11 @@ def config_for(mode: str, args: argparse.Namespace) -> RunConfig:
     )
 
 
-def run(mode: str, args: argparse.Namespace) -> dict[str, float]:
+def run(mode: str, args: argparse.Namespace, precision: str = "fp32") -> dict[str, float]:
     sink = ListSink()
     with tempfile.TemporaryDirectory() as out:
-        loop = build_run(config_for(mode, args), out_dir=Path(out), cache_dir=ROOT / "cache", sink=sink)
+        config = config_for(mode, args, precision)
+        loop = build_run(config, out_dir=Path(out), cache_dir=ROOT / "cache", sink=sink)
         started = time.perf_counter()
         loop.run()
         wall = time.perf_counter() - started
@@ -73,7 +81,22 @@ def run(mode: str, args: argparse.Namespace) -> dict[str, float]:
     row["evolution"] = evolution / len(steps)
     row["wall"] = wall / len(steps)
     row["verification_ratio"] = steps[-1].overhead.verification_ratio
+    for key in MISMATCH:
+        row[key] = statistics.fmean(s.metrics.get(key, 0.0) for s in steps)
     return row
+
+
+MISMATCH = ("rollout_logp_abs_diff", "rollout_kl", "rollout_ratio_outside_clip")
+
+
+def compare_precisions(args: argparse.Namespace) -> None:
+    rows = {precision: run("static", args, precision) for precision in args.precision}
+    print(f"{args.steps} steps, {args.questions} questions × G={args.group}, SmolLM2-135M on {args.device}, static\n")
+    print("| seconds per step | " + " | ".join(rows) + " |\n|---|" + "---:|" * len(rows))
+    for key in (*PARTS, "wall"):
+        print(f"| {key} | " + " | ".join(f"{row[key]:.2f}" for row in rows.values()) + " |")
+    for key in MISMATCH:
+        print(f"| {key} (mean) | " + " | ".join(f"{row[key]:.4g}" for row in rows.values()) + " |")
 
 
 PARTS = ("rollout", "old_logprobs", "ref_logprobs", "update")
@@ -134,9 +157,14 @@ def main() -> None:
     parser.add_argument("--paths", action="store_true", help="compare the full and shared-prefix GRPO paths")
     parser.add_argument("--repeats", type=int, default=3, help="with --paths: alternating runs of each path")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16-mixed"], help="static runs at each, one table")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.precision:
+        compare_precisions(args)
+        return
     if args.paths:
         compare_paths(args)
         return

@@ -19,6 +19,11 @@ prompts, `generate`, decoding), `reference log-probs` its log-prob passes withou
 the engine call and the trainer's timings. On both sides `update` is the whole step minus the other two (rewards,
 advantages, the policy's forward and backward, the optimizer step).
 
+`--precision fp32 bf16-mixed` runs both frameworks at each precision into one table: `fp32` as above, `bf16-mixed`
+TRL with `bf16=True` (autocast over float32 weights, as accelerate's mixed precision) against ours with
+`backend.precision` 'bf16-mixed' (autocast over float32 masters, rollouts on a bfloat16 copy, bfloat16 reference).
+`--device cuda` runs both on the GPU. Without TRL installed only our rows are measured (TRL's are marked skipped).
+
 The frameworks alternate for `--repeats` rounds (the order flips every round), each round a fresh model and trainer
 running `--steps` steps; a round's figure is the median of its steps 2..N, and each framework's faster round goes
 into the table. `step_speedup_vs_trl` is TRL's whole step ÷ ours, from those rounds.
@@ -46,9 +51,8 @@ sys.path.insert(0, str(ROOT))
 
 try:
     import trl
-except ImportError:
-    sys.exit("bench/vs_trl.py needs TRL, which only the benchmarks use: pip install -r requirements/bench.txt")
-from datasets import Dataset  # noqa: E402
+except ImportError:  # our side still runs; TRL's rows say it is missing
+    trl = None
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
@@ -56,6 +60,7 @@ from bench.rollout import FixedLengthEngine, FixedPassages  # noqa: E402
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages  # noqa: E402
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.precision import plan  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutSettings, _Row  # noqa: E402
 from inspo_engine.backends.torch.samples import TrainSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION, GRPOConfig  # noqa: E402
@@ -63,9 +68,11 @@ from inspo_engine.env.datasets import load_questions  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
-CPU = torch.device("cpu")
+DEVICE = torch.device("cpu")
+"""Where both frameworks run (`--device`)."""
 PHASES = {"rollout": "rollout", "ref_logprobs": "reference log-probs", "update": "update", "step": "whole step"}
-FRAMEWORKS = {"inspo": "this project's torch backend (shared prefix)", "trl": f"TRL {trl.__version__} `GRPOTrainer`"}
+TRL_NAME = f"TRL {trl.__version__} `GRPOTrainer`" if trl is not None else "TRL (not installed: skipped)"
+FRAMEWORKS = {"inspo": "this project's torch backend (shared prefix)", "trl": TRL_NAME}
 
 
 def distinct_words(completions: Sequence[str]) -> list[float]:
@@ -125,8 +132,9 @@ class EosSuppressedEngine(FixedLengthEngine):
         return super()._next_tokens(logits.index_fill(1, eos, float("-inf")), rows, greedy, generator)
 
 
-def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepClock) -> None:
+def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepClock, precision: str) -> None:
     model, tokenizer = load_model(args)
+    dtypes = plan(precision, rollout_dtype=args.rollout_dtype)
     config = GRPOConfig(
         total_steps=args.steps,
         group_size=args.group,
@@ -139,7 +147,16 @@ def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepCl
         clip_ratio=args.clip,
         max_grad_norm=args.max_grad_norm,
     )
-    trainer = GRPOTrainer(model, tokenizer, config, device=CPU, seed=args.seed, path="shared_prefix")
+    trainer = GRPOTrainer(
+        model,
+        tokenizer,
+        config,
+        device=DEVICE,
+        seed=args.seed,
+        path="shared_prefix",
+        reference_storage=dtypes.reference,
+        compute_dtype=dtypes.compute,
+    )
     settings = RolloutSettings(
         max_turns=0, max_turn_tokens=args.tokens, max_obs_tokens=64, max_prompt_length=4096, top_k=1
     )
@@ -148,10 +165,10 @@ def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepCl
         tokenizer,
         FixedPassages(),
         settings,
-        device=CPU,
-        weights_dtype=ROLLOUT_DTYPES[args.rollout_dtype],
+        device=DEVICE,
+        weights_dtype=dtypes.rollout,
     )
-    generator = torch.Generator().manual_seed(args.seed)
+    generator = torch.Generator(device=DEVICE).manual_seed(args.seed)
     items = [(SEED_INSTRUCTION, question) for question in questions for _ in range(args.group)]
     for _ in range(args.steps):
         clock.begin()
@@ -174,24 +191,28 @@ def run_inspo(args: argparse.Namespace, questions: list[Question], clock: StepCl
 # -- TRL --------------------------------------------------------------------------------------------------------
 
 
-class TimedTRLTrainer(trl.GRPOTrainer):
+def timed_trl_trainer() -> Any:
     """TRL's trainer with its generation and its log-prob passes without gradient timed, and its tokens counted."""
+    assert trl is not None
 
-    clock: StepClock
+    class TimedTRLTrainer(trl.GRPOTrainer):  # type: ignore[misc]
+        clock: StepClock
 
-    def _generate(self, prompts: list[Any]) -> Any:
-        with self.clock.phase("rollout"):
-            out = super()._generate(prompts)
-        prompt_ids, completion_ids = out[0], out[1]
-        self.clock.add("prompt_tokens", sum(len(ids) for ids in prompt_ids))
-        self.clock.add("completion_tokens", sum(len(ids) for ids in completion_ids))
-        return out
+        def _generate(self, prompts: list[Any]) -> Any:
+            with self.clock.phase("rollout"):
+                out = super()._generate(prompts)
+            prompt_ids, completion_ids = out[0], out[1]
+            self.clock.add("prompt_tokens", sum(len(ids) for ids in prompt_ids))
+            self.clock.add("completion_tokens", sum(len(ids) for ids in completion_ids))
+            return out
 
-    def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
-        if torch.is_grad_enabled():  # the policy's forward inside the loss
-            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        with self.clock.phase("ref_logprobs"):
-            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled():  # the policy's forward inside the loss
+                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            with self.clock.phase("ref_logprobs"):
+                return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+
+    return TimedTRLTrainer
 
 
 class StepTimer(TrainerCallback):
@@ -212,7 +233,10 @@ def trl_reward(completions: list[list[dict[str, str]]], **kwargs: Any) -> list[f
     return distinct_words([completion[-1]["content"] for completion in completions])
 
 
-def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepClock) -> None:
+def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepClock, precision: str) -> None:
+    from datasets import Dataset
+
+    assert trl is not None
     model, tokenizer = load_model(args)
     prompts = [{"prompt": chat_messages(SEED_INSTRUCTION, q.text)} for q in questions] * args.steps
     with tempfile.TemporaryDirectory() as out:
@@ -237,8 +261,8 @@ def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepCloc
             loss_type="grpo",
             scale_rewards="group",
             gradient_checkpointing=True,
-            bf16=False,
-            use_cpu=True,
+            bf16=precision == "bf16-mixed",
+            use_cpu=DEVICE.type == "cpu",
             shuffle_dataset=False,
             seed=args.seed,
             logging_strategy="no",
@@ -246,7 +270,7 @@ def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepCloc
             report_to="none",
             disable_tqdm=True,
         )
-        trainer = TimedTRLTrainer(
+        trainer = timed_trl_trainer()(
             model=model,
             reward_funcs=trl_reward,
             args=config,
@@ -265,10 +289,10 @@ def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepCloc
 
 def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
     """A fresh copy of the initial policy, as the engine loads it."""
-    return load_policy(resolve_model(SMOLLM2, args.cache_dir), device=CPU, dtype=torch.float32)
+    return load_policy(resolve_model(SMOLLM2, args.cache_dir), device=DEVICE, dtype=torch.float32)
 
 
-RUNNERS: dict[str, Callable[[argparse.Namespace, list[Question], StepClock], None]] = {
+RUNNERS: dict[str, Callable[[argparse.Namespace, list[Question], StepClock, str], None]] = {
     "inspo": run_inspo,
     "trl": run_trl,
 }
@@ -294,11 +318,15 @@ def parse_args() -> argparse.Namespace:
         help="our engine's backend.rollout_dtype (TRL always generates with the float32 policy)",
     )
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "cache" / "models")
+    parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16-mixed"], default=["fp32"])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     return parser.parse_args()
 
 
 def main() -> None:
+    global DEVICE
     args = parse_args()
+    DEVICE = torch.device(args.device)
     args.threads = args.threads or torch.get_num_threads()
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -307,27 +335,29 @@ def main() -> None:
     questions = load_questions("builtin", "train")[: args.prompts]
     if len(questions) < args.prompts:
         sys.exit(f"the built-in training split has only {len(questions)} questions")
-    rounds: dict[str, list[StepClock]] = {name: [] for name in FRAMEWORKS}
-    for repeat in range(args.repeats):
-        order = list(FRAMEWORKS) if repeat % 2 == 0 else list(FRAMEWORKS)[::-1]
-        for name in order:
-            torch.set_num_threads(args.threads)
-            clock = StepClock()
-            RUNNERS[name](args, questions, clock)
-            rounds[name].append(clock)
-    report(args, rounds)
+    frameworks = [name for name in FRAMEWORKS if name != "trl" or trl is not None]
+    for precision in args.precision:
+        rounds: dict[str, list[StepClock]] = {name: [] for name in frameworks}
+        for repeat in range(args.repeats):
+            for name in frameworks if repeat % 2 == 0 else frameworks[::-1]:
+                torch.set_num_threads(args.threads)
+                clock = StepClock()
+                RUNNERS[name](args, questions, clock, precision)
+                rounds[name].append(clock)
+        report(args, rounds, precision)
 
 
-def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]]) -> None:
+def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]], precision: str) -> None:
     medians = {name: [clock.medians() for clock in clocks] for name, clocks in rounds.items()}
     best = {name: min(rows, key=lambda row: row["step"]) for name, rows in medians.items()}
     loads = [clock.load for clocks in rounds.values() for clock in clocks]
     print(
-        f"\nSmolLM2-135M-Instruct, CPU float32 (our rollouts: rollout_dtype {args.rollout_dtype}), {args.threads} "
+        f"\nSmolLM2-135M-Instruct, {DEVICE.type}, precision {precision} (fp32: our rollouts' rollout_dtype "
+        f"{args.rollout_dtype}), {args.threads} "
         f"torch thread(s) of {os.cpu_count()} CPUs, load avg "
         f"{min(loads):.1f}–{max(loads):.1f}; {args.prompts} prompts × G = {args.group}, {args.tokens} completion "
         f"tokens each; {args.repeats} alternating round(s) of {args.steps} steps; torch {torch.__version__}, "
-        f"transformers {transformers.__version__}, trl {trl.__version__}"
+        f"transformers {transformers.__version__}, {TRL_NAME}"
     )
     for name, row in best.items():
         print(
@@ -341,7 +371,10 @@ def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]]) -> None
         + "---:|" * len(PHASES)
     )
     for name, row in best.items():
-        print(f"| {FRAMEWORKS[name]} | " + " | ".join(f"{row[key]:.2f}" for key in PHASES) + " |")
+        print(f"| {FRAMEWORKS[name]}, {precision} | " + " | ".join(f"{row[key]:.2f}" for key in PHASES) + " |")
+    if "trl" not in best:
+        print(f"| {TRL_NAME} | " + " | ".join("–" for _ in PHASES) + " |")
+        return
     ratios = [best["trl"][key] / best["inspo"][key] if best["inspo"][key] else float("nan") for key in PHASES]
     print("| TRL ÷ ours | " + " | ".join(f"{ratio:.2f}×" for ratio in ratios) + " |")
     per_round = [trl_row["step"] / ours["step"] for trl_row, ours in zip(medians["trl"], medians["inspo"], strict=True)]
