@@ -39,6 +39,7 @@ from .events import (
     ControlHandled,
     EvalCompleted,
     Event,
+    EventSink,
     EvolutionCompleted,
     FanoutSink,
     InstructionPruned,
@@ -52,6 +53,7 @@ from .events import (
 )
 from .experiments import Experiment, experiment_from_dict
 from .presets import PRESETS, preset
+from .tracking import TrackingSink, package_errors
 
 
 class UsageError(Exception):
@@ -270,11 +272,14 @@ def command_train(args: argparse.Namespace) -> int:
     if checkpoint is not None:
         loop.load_checkpoint(checkpoint)
     progress = ProgressSink(loop.total_steps, loop.progress.step)
-    loop.sink = FanoutSink(events, progress)
+    trackers = _trackers(config, out, events)
+    loop.sink = FanoutSink(events, progress, *trackers)
     try:
         result = loop.run()
     finally:
         progress.close()
+        for tracker in trackers:
+            tracker.close()
         events.close()
     (out / "best_instruction.txt").write_text(result.best_instruction.text + "\n", encoding="utf-8")
     _plot_quietly(out)
@@ -282,6 +287,17 @@ def command_train(args: argparse.Namespace) -> int:
     print(f"  events.jsonl, fig2.png, population.png, best_instruction.txt ({result.best_instruction.id}),")
     print(f"  checkpoint {result.checkpoint}")
     return 0 if result.status == "finished" else 130
+
+
+def _trackers(config: RunConfig, out: Path, warn: EventSink) -> list[TrackingSink]:
+    """The experiment trackers of `tracking.backends` (none: an empty list); W&B gets WANDB_API_KEY when it is set
+    and runs offline otherwise."""
+    if not config.tracking.backends:
+        return []
+    missing = package_errors(config.tracking)
+    if missing:
+        raise UsageError("; ".join(str(error) for error in missing))
+    return [TrackingSink(config, out, run_name=out.name, warn=warn, wandb_key=os.environ.get("WANDB_API_KEY"))]
 
 
 def _plot_quietly(out: Path) -> None:

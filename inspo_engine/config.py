@@ -398,6 +398,26 @@ class CheckpointConfig:
     every checkpoint."""
 
 
+TRACKERS = ("mlflow", "wandb", "tensorboard")
+"""The experiment trackers a run may send its events to (docs/tracking.md)."""
+
+
+@dataclass
+class TrackingConfig:
+    """Experiment trackers that receive the run's events besides the platform (docs/tracking.md)."""
+
+    backends: list[str] = field(default_factory=list)
+    """Any of 'mlflow', 'wandb' and 'tensorboard' (none by default). Each needs the `tracking` extra installed."""
+    project: str = "inspo"
+    """The MLflow experiment and the W&B project the run is logged under."""
+    mlflow_uri: str | None = None
+    """An MLflow tracking server (http or https; on the platform the host allow-list applies). None: a file store
+    in the run directory, `mlruns/`."""
+    wandb_secret: str | None = None
+    """Name of the team's stored W&B API key (platform only). Without a key W&B runs offline and writes its run
+    directory under the run directory, `wandb/`."""
+
+
 @dataclass
 class RunConfig:
     """A whole run. Build it from a preset, override fields, validate, hand it to the engine."""
@@ -420,6 +440,7 @@ class RunConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     # -- serialisation -------------------------------------------------------------------------------------
 
@@ -476,6 +497,7 @@ class RunConfig:
     def validate(self) -> None:
         """Raise ConfigError naming every bad field and its allowed range."""
         errors = _check_bounds(self) + _check_relations(self) + _check_strings(self) + _check_optimizer(self)
+        errors += _check_tracking(self.tracking)
         if errors:
             raise ConfigError(errors)
 
@@ -703,6 +725,21 @@ def _check_strings(config: RunConfig) -> list[FieldError]:
 
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def _check_tracking(tracking: TrackingConfig) -> list[FieldError]:
+    errors = []
+    unknown = [name for name in tracking.backends if name not in TRACKERS]
+    if unknown or len(set(tracking.backends)) != len(tracking.backends):
+        errors.append(FieldError("tracking.backends", f"must be distinct names among {', '.join(TRACKERS)}"))
+    if not _NAME.match(tracking.project):
+        errors.append(FieldError("tracking.project", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
+    uri = tracking.mlflow_uri
+    if uri is not None and not re.match(r"^https?://[^\s/]+", uri):
+        errors.append(FieldError("tracking.mlflow_uri", "must be an http(s) URL; leave it empty for mlruns/"))
+    if tracking.wandb_secret is not None and not _NAME.match(tracking.wandb_secret):
+        errors.append(FieldError("tracking.wandb_secret", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
+    return errors
 
 
 def _check_optimizer(config: RunConfig) -> list[FieldError]:

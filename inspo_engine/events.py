@@ -268,6 +268,17 @@ class OptimizerFailed(Event):
 
 
 @dataclass(frozen=True)
+class TrackerFailed(Event):
+    """An experiment tracker (`tracking.backends`) could not take what the run sent; the run goes on, and the
+    tracker is tried again at the next step with everything it missed."""
+
+    kind: ClassVar[str] = "tracker_failed"
+    step: int
+    tracker: str
+    error: str
+
+
+@dataclass(frozen=True)
 class BudgetExhausted(Event):
     kind: ClassVar[str] = "budget_exhausted"
     step: int
@@ -348,6 +359,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ControlHandled,
         EvolutionCompleted,
         OptimizerFailed,
+        TrackerFailed,
         BudgetExhausted,
         EvalCompleted,
         CheckpointSaved,

@@ -17,9 +17,10 @@ from django.conf import settings
 from inspo_engine import events as ev
 from inspo_engine.backends.base import PolicyBackend
 from inspo_engine.config import RunConfig
+from inspo_engine.tracking import TrackingSink
 from webapp.runs import lifecycle
 from webapp.runs.configs import config_confine
-from webapp.runs.endpoints import RunAccess, run_access
+from webapp.runs.endpoints import RunAccess, run_access, tracking_key
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 from webapp.runs.recorder import DatabaseSink
@@ -117,11 +118,12 @@ def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, back
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     database, sink = _sinks(run, attempt, watchdog)
+    trackers = _trackers(run, access.config, database)
     loop = build_run(
         access.config,
         out_dir=run_out_dir(run),
         cache_dir=Path(settings.INSPO_CACHE_DIR),
-        sink=sink,
+        sink=ev.FanoutSink(sink, *trackers),
         api_key=access.api_key,
         should_stop=stop,
         owns_run=attempt.current,
@@ -136,6 +138,17 @@ def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, back
         return loop.run()
     finally:
         database.flush()
+        for tracker in trackers:
+            tracker.close()
+
+
+def _trackers(run: Run, config: RunConfig, warn: ev.EventSink) -> list[TrackingSink]:
+    """The run's experiment trackers (docs/tracking.md), writing into its run directory; a failing one warns through
+    `warn` (a note on the run) and never fails the run. W&B gets the team's stored key when the run names one."""
+    if not config.tracking.backends:
+        return []
+    key = tracking_key(config, run.team)
+    return [TrackingSink(config, run_out_dir(run), run_name=f"run-{run.pk}", warn=warn, wandb_key=key)]
 
 
 def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:

@@ -16,6 +16,7 @@ from django.utils import timezone
 from inspo_engine.config import RunConfig
 from inspo_engine.netpolicy import NetPolicy, UrlRefused, check_url
 from inspo_engine.schedule import needs_optimizer
+from inspo_engine.tracking import package_errors
 from webapp.accounts.models import Team, TeamSecret
 from webapp.accounts.secrets import team_secret_value
 from webapp.core.errors import InvalidInput
@@ -45,9 +46,11 @@ def net_policy() -> NetPolicy:
 
 
 def url_errors(config: RunConfig, policy: NetPolicy) -> Errors:
-    """The user-chosen URLs (env.retriever_url, optimizer.base_url) that the policy refuses, with why."""
+    """The user-chosen URLs (env.retriever_url, optimizer.base_url, tracking.mlflow_uri) that the policy refuses,
+    with why."""
     errors: Errors = {}
     urls = {"env.retriever_url": config.env.retriever_url, "optimizer.base_url": config.optimizer.base_url}
+    urls["tracking.mlflow_uri"] = config.tracking.mlflow_uri
     for field, url in urls.items():
         if url:
             try:
@@ -124,7 +127,7 @@ def config_access_check(config: RunConfig, *, team: Team) -> RunConfig:
     """At submission: URLs on the allow-list, and a keyed optimizer either on a named endpoint (the default one
     when none is named; its models and the team's daily budget respected) or on its own URL with the team's own
     key. Returns the config with the endpoint named; InvalidInput (under `config`) otherwise."""
-    errors = url_errors(config, net_policy())
+    errors = url_errors(config, net_policy()) | tracking_errors(config, team)
     if _keyed(config):
         if config.optimizer.base_url:
             errors |= _team_key_errors(config, team)
@@ -138,6 +141,23 @@ def config_access_check(config: RunConfig, *, team: Team) -> RunConfig:
     if errors:
         raise InvalidInput(errors, key="config")
     return config
+
+
+def tracking_errors(config: RunConfig, team: Team) -> Errors:
+    """The trackers a run names: their packages installed here, and the team's stored W&B key when it names one."""
+    errors: Errors = {}
+    for error in package_errors(config.tracking):
+        errors.setdefault(error.field, []).append(error.message)
+    name = config.tracking.wandb_secret
+    if name and not TeamSecret.objects.filter(team=team, name=name).exists():
+        errors["tracking.wandb_secret"] = [f"your team has no stored key named {name!r}"]
+    return errors
+
+
+def tracking_key(config: RunConfig, team: Team) -> str | None:
+    """The W&B key the run's tracker sends (None: W&B runs offline)."""
+    name = config.tracking.wandb_secret
+    return team_secret_value(team=team, name=name) if name else None
 
 
 def run_access(*, config: RunConfig, team: Team) -> RunAccess:

@@ -67,6 +67,7 @@ NOTE_KINDS = {
     "population_collapsed",
     "population_recovered",
     "optimizer_failed",
+    "tracker_failed",
     "budget_exhausted",
     "control_handled",
     "run_finished",

@@ -1,0 +1,271 @@
+"""Experiment trackers: a run's events written by the real MLflow, W&B and TensorBoard libraries into the run
+directory, read back with each one's own reader (MlflowClient on the file store, W&B's record protobuf over its
+offline run file, TensorBoard's EventAccumulator); a tracker that fails never fails the run and catches up at the
+next step; the config's checks."""
+
+from __future__ import annotations
+
+import json
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from inspo_engine import tracking
+from inspo_engine.config import ConfigError, RunConfig
+from inspo_engine.events import (
+    CandidateInfo,
+    EvalCompleted,
+    InstructionAdded,
+    InstructionInfo,
+    InstructionProposed,
+    InstructionPruned,
+    InstructionVerified,
+    ListSink,
+    MemberStats,
+    Overhead,
+    PopulationChanged,
+    PopulationCollapsed,
+    RunFinished,
+    RunStarted,
+    StepCompleted,
+    TrackerFailed,
+)
+from inspo_engine.tracking import TrackingSink, package_errors
+
+SEED = "Answer the question; search when unsure."
+CHILD = "Search first, then answer in <answer> tags."
+
+
+def _config(*backends: str, **tracking_fields: object) -> RunConfig:
+    return RunConfig.from_dict({"tracking": {"backends": list(backends), **tracking_fields}})
+
+
+def _step(step: int, reward: float) -> StepCompleted:
+    return StepCompleted(
+        step=step,
+        total_steps=2,
+        phase="train",
+        reward_mean=reward,
+        reward_std=0.1,
+        tool_calls_mean=1.5,
+        response_length_mean=40.0,
+        instruction_length_mean=12.0,
+        metrics={"pg_loss": -0.25 * step, "kl": 0.01},
+        timings={"rollout": 2.0},
+        overhead=Overhead(optimizer_calls=step, training_rollouts=8 * step),
+    )
+
+
+def _events(config: RunConfig) -> list:
+    """A two-step run: the seed, an evolution that adds one child and rejects one candidate, a prune, a collapse
+    alarm, an evaluation, the end."""
+    candidates = [CandidateInfo(CHILD, True, score=0.6, accepted=True, instruction_id="i1"), CandidateInfo("x", True)]
+    return [
+        RunStarted(config=config.to_dict(), backend="torch"),
+        InstructionAdded(step=0, instruction=InstructionInfo("i0", SEED, "seed", None, 0)),
+        PopulationChanged(step=0, reason="init", members=[MemberStats("i0", 0.0, 1.0, 0, None)], best_id="i0"),
+        _step(1, 0.25),
+        InstructionProposed(
+            step=1, round_id="r1", round=1, proposer="reflection", parent_id="i0", critique="too vague",
+            failures=[], candidates=candidates, optimizer_model="rules", input_tokens=10, output_tokens=5,
+        ),
+        InstructionVerified(step=1, round_id="r1", parent_id="i0", parent_score=0.5, n_questions=4,
+                            candidates=candidates),
+        InstructionAdded(step=1, instruction=InstructionInfo("i1", CHILD, "evolved", "i0", 1)),
+        PopulationChanged(
+            step=1, reason="evolved",
+            members=[MemberStats("i0", 0.25, 0.3, 8, 0.25), MemberStats("i1", 0.5, 0.7, 0, None)], best_id="i1",
+        ),
+        _step(2, 0.75),
+        InstructionPruned(step=2, instruction_id="i0", weight=0.25, reason="halving"),
+        PopulationChanged(step=2, reason="pruned", members=[MemberStats("i1", 0.6, 1.0, 8, 0.6)], best_id="i1"),
+        PopulationCollapsed(step=2, since_step=1, steps=2, reasons=["entropy"], cosine_min=None,
+                            entropy_normalised=0.0, collapse_cosine=0.95, collapse_entropy=0.05),
+        EvalCompleted(step=2, benchmark="builtin", metric="em", value=0.4, n=10, instruction_id="i1", f1=0.5),
+        RunFinished(step=2, status="completed", best_instruction_id="i1", best_instruction=CHILD,
+                    overhead=Overhead()),
+    ]  # fmt: skip
+
+
+def _run(config: RunConfig, run_dir: Path, **kwargs: object) -> ListSink:
+    warnings = ListSink()
+    sink = TrackingSink(config, run_dir, run_name="run-1", warn=warnings, **kwargs)  # type: ignore[arg-type]
+    for event in _events(config):
+        sink.emit(event)
+    sink.close()
+    return warnings
+
+
+# -- TensorBoard -------------------------------------------------------------------------------------------------
+
+
+def _scalars(directory: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[str]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(directory), size_guidance={"scalars": 0, "tensors": 0})
+    accumulator.Reload()
+    scalars = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)] for tag in accumulator.Tags()["scalars"]}
+    texts = {  # add_text stores a text under '<tag>/text_summary'
+        tag.removesuffix("/text_summary"): [e.tensor_proto.string_val[0].decode() for e in accumulator.Tensors(tag)]
+        for tag in accumulator.Tags()["tensors"]
+    }
+    return scalars, texts
+
+
+def test_tensorboard_event_files_in_the_run_directory_hold_every_kind_of_event(tmp_path):
+    config = _config("tensorboard")
+    assert _run(config, tmp_path).events == []
+    scalars, texts = _scalars(tmp_path / "tensorboard")
+    assert scalars["reward_mean"] == [(1, 0.25), (2, 0.75)]
+    assert scalars["train/pg_loss"] == [(1, -0.25), (2, -0.5)]
+    assert scalars["instruction/i0/weight"] == [(0, 0.0), (1, 0.25)]
+    assert scalars["instruction/i1/share"] == [(1, pytest.approx(0.7)), (2, 1.0)]
+    assert scalars["evolution/proposed"] == [(1, 2.0)] and scalars["evolution/rejected"] == [(1, 1.0)]
+    assert scalars["evolution/verified"] == [(1, 1.0)] and scalars["evolution/pruned"] == [(2, 1.0)]
+    assert scalars["eval/builtin/em"] == [(2, pytest.approx(0.4))] and scalars["alarm/collapsed"] == [(2, 1.0)]
+    assert texts["best_instruction.txt"] == [CHILD + "\n"]
+    population = json.loads(texts["population.json"][0])
+    assert [(i["id"], i["text"], i["share"]) for i in population["instructions"]] == [("i1", CHILD, 1.0)]
+    assert json.loads(texts["config.json"][0])["tracking"]["backends"] == ["tensorboard"]
+
+
+# -- MLflow ------------------------------------------------------------------------------------------------------
+
+
+def test_mlflow_file_store_in_the_run_directory_reads_back_with_mlflow_client(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    config = _config("mlflow", project="search-agents")
+    assert _run(config, tmp_path).events == []
+    client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    experiment = client.get_experiment_by_name("search-agents")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.run_name == "run-1" and run.info.status == "FINISHED"
+    history = client.get_metric_history(run.info.run_id, "reward_mean")
+    assert [(m.step, m.value) for m in history] == [(1, 0.25), (2, 0.75)]
+    assert [m.value for m in client.get_metric_history(run.info.run_id, "instruction/i1/weight")] == [0.5, 0.6]
+    assert run.data.params["grpo.loss"] == "grpo" and run.data.params["tracking.project"] == "search-agents"
+    assert run.data.params["population.seed_instruction"] == config.population.seed_instruction[:500]
+    files = {f.path for f in client.list_artifacts(run.info.run_id)}
+    assert {"best_instruction.txt", "population.json", "config.json"} <= files
+    best = Path(client.download_artifacts(run.info.run_id, "best_instruction.txt", str(tmp_path / "out")))
+    assert best.read_text() == CHILD + "\n"
+
+
+# -- W&B ---------------------------------------------------------------------------------------------------------
+
+
+def _wandb_records(path: Path) -> list:
+    """The records of a W&B run file: its LevelDB-log framing (7-byte ':W&B' header, 32 KiB blocks, each chunk
+    with a CRC, length and type) around W&B's own `Record` protobuf."""
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    block, position, chunks, pending = 32768, 7, [], b""
+    while position + 7 <= len(data):
+        left = block - position % block
+        if left < 7:
+            position += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        if kind == 0:
+            position += left
+            continue
+        chunk, position = data[position + 7 : position + 7 + length], position + 7 + length
+        if kind == 1:
+            chunks.append(chunk)
+        elif kind in (2, 3):
+            pending += chunk
+        else:
+            chunks.append(pending + chunk)
+            pending = b""
+    records = []
+    for raw in chunks:
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(raw)
+        records.append(record)
+    return records
+
+
+def test_wandb_without_a_key_runs_offline_in_the_run_directory(tmp_path):
+    config = _config("wandb", project="search-agents")
+    assert _run(config, tmp_path).events == []
+    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    records = _wandb_records(run_file)
+    for _ in range(100):  # W&B's service may still be writing the file when finish() returns
+        if any(r.WhichOneof("record_type") == "exit" for r in records):
+            break
+        time.sleep(0.1)
+        records = _wandb_records(run_file)
+    history = [
+        {item.nested_key[0]: json.loads(item.value_json) for item in r.history.item}
+        for r in records
+        if r.WhichOneof("record_type") == "history"
+    ]
+    rewards = [(h["_step"], h["reward_mean"]) for h in history if "reward_mean" in h]
+    assert rewards == [(1, 0.25), (2, 0.75)]
+    assert any(h.get("eval/builtin/em") == 0.4 for h in history)
+    (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert run.project == "search-agents" and run.display_name == "run-1"
+    files = {m.path for r in records if r.WhichOneof("record_type") == "artifact" for m in r.artifact.manifest.contents}
+    assert {"best_instruction.txt", "population.json", "config.json"} <= files
+
+
+# -- failures ----------------------------------------------------------------------------------------------------
+
+
+def test_a_failing_tracker_warns_never_fails_the_run_and_catches_up_at_the_next_step(tmp_path):
+    """TensorBoard cannot create its directory (a file stands there) until the file goes away after step 1: each
+    step while it fails brings one warning, and once it can write, everything it missed arrives."""
+    blocker = tmp_path / "tensorboard"
+    blocker.write_text("not a directory")
+    config = _config("tensorboard")
+    warnings = ListSink()
+    sink = TrackingSink(config, tmp_path, run_name="run-1", warn=warnings)
+    events = _events(config)
+    first_step = next(i for i, e in enumerate(events) if isinstance(e, StepCompleted))
+    for event in events[: first_step + 1]:
+        sink.emit(event)
+    failed = warnings.of(TrackerFailed)
+    assert [(w.tracker, w.step) for w in failed] == [("tensorboard", 0), ("tensorboard", 1)]
+    assert "FileExistsError" in failed[0].error or "NotADirectoryError" in failed[0].error
+    blocker.unlink()
+    for event in events[first_step + 1 :]:
+        sink.emit(event)
+    sink.close()
+    assert len(warnings.of(TrackerFailed)) == 2
+    scalars, texts = _scalars(tmp_path / "tensorboard")
+    assert scalars["reward_mean"] == [(1, 0.25), (2, 0.75)] and "config.json" in texts
+
+
+def test_a_tracker_whose_package_is_missing_is_named(monkeypatch):
+    assert package_errors(_config("mlflow", "wandb", "tensorboard").tracking) == []
+    monkeypatch.setitem(tracking.PACKAGES, "wandb", ("no_such_module_for_inspo", "wandb"))
+    (error,) = package_errors(_config("wandb", "tensorboard").tracking)
+    assert error.field == "tracking.backends" and "wandb" in error.message
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"backends": ["neptune"]}, "tracking.backends"),
+        ({"backends": ["mlflow", "mlflow"]}, "tracking.backends"),
+        ({"project": "../etc"}, "tracking.project"),
+        ({"mlflow_uri": "file:///etc/passwd"}, "tracking.mlflow_uri"),
+        ({"wandb_secret": "a b"}, "tracking.wandb_secret"),
+    ],
+)
+def test_the_config_refuses_bad_tracking_fields_by_name(fields, field):
+    with pytest.raises(ConfigError) as error:
+        RunConfig.from_dict({"tracking": fields})
+    assert [e.field for e in error.value.errors] == [field]
+
+
+def test_no_tracker_is_the_default_and_writes_nothing(tmp_path):
+    config = RunConfig()
+    assert config.tracking.backends == []
+    _run(config, tmp_path)
+    assert list(tmp_path.iterdir()) == []
