@@ -165,12 +165,13 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     database, sink = _sinks(run, attempt, watchdog)
+    trackers = _trackers(run, access.config, database)
     relay = ControlRelay(DatabaseControl(run.pk), run_out_dir(run))
     try:
         return verl_execute(
             access.config,
             run_out_dir(run),
-            sink=sink,
+            sink=ev.FanoutSink(sink, *trackers),
             should_stop=stop,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,
@@ -180,3 +181,5 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
         )
     finally:
         database.flush()
+        for tracker in trackers:
+            tracker.close()
