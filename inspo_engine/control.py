@@ -1,5 +1,6 @@
 """Steering a live run by hand: typed requests (inject an instruction, pin, unpin or retire one), the channel the loop
-polls for them at every step boundary, and how each is applied to the population — or rejected, and why. It knows
+polls for them at every step boundary, and how each is applied to the population — or rejected, and why. An accepted
+injection into a full population retires the lowest-weight unpinned member to make room, and says so. It knows
 the population and evolution's verification; nothing of where requests come from (a file here, the web app's
 database in its workers).
 
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from .config import MAX_INSTRUCTION_CHARS, RunConfig
 from .events import ControlHandled
-from .population import Instruction
+from .population import Instruction, Population
 from .proposers import missing_tags, required_tags
 
 if TYPE_CHECKING:
@@ -311,10 +312,23 @@ class Steering:
                 if score is not None
                 else "joined unscored: this run does not verify candidates (evolution.verify is false)"
             )
+        room = self._make_room(step, action.author)
         added = self.evolution.add(
             text, origin="human", step=step, parent_id=None, score=score, author=action.author or None
         )
-        return "applied", f"{added.id} {how}", added, score
+        return "applied", f"{added.id} {how}{room}", added, score
+
+    def _make_room(self, step: int, author: str) -> str:
+        """A full population makes room for an accepted injection: its lowest-weight unpinned member retires. What
+        was done, as the end of the outcome's message ('' when there was room)."""
+        population = self.evolution.population
+        if len(population) < population.max_size:
+            return ""
+        victim = _lowest_unpinned(population)
+        assert victim is not None  # _inject_refusal refused the injection otherwise
+        by = f" by {author}" if author else ""
+        self.evolution.retire(victim, step, f"retired to make room for an instruction injected{by}")
+        return f"; the population was full, so {victim.id} (the lowest-weight unpinned member) retired to make room"
 
     def _inject_refusal(self, text: str, verify: bool) -> str | None:
         """Why an instruction cannot join, before any verification; None when it can."""
@@ -326,10 +340,10 @@ class Steering:
         twin = next((m for m in population.members if _same(m.text, text)), None)
         if twin is not None:
             return f"the population already holds it as {twin.id}"
-        if len(population) >= population.max_size:
+        if len(population) >= population.max_size and _lowest_unpinned(population) is None:
             return (
-                f"the population is full ({len(population)} of {population.max_size}): retire one first, or send "
-                "it again after the next pruning"
+                f"the population is full ({len(population)} of {population.max_size}) and every member is pinned: "
+                "unpin or retire one first"
             )
         missing = missing_tags(text, required_tags(self.config.population.seed_instruction)) if verify else []
         if missing:
@@ -349,3 +363,9 @@ def _named(action: Action) -> str | None:
 
 def _same(a: str, b: str) -> bool:
     return " ".join(a.split()).lower() == " ".join(b.split()).lower()
+
+
+def _lowest_unpinned(population: Population) -> Instruction | None:
+    """The member a full population retires for an injection: the unpinned one ranked last (lowest weight, the
+    younger on ties); None when every member is pinned."""
+    return next((m for m in reversed(population.ranked()) if not m.pinned), None)

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from inspo_engine.presets import preset
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.factories import RunFactory
@@ -57,3 +58,16 @@ def test_a_missing_run_is_the_sites_404_page_with_its_navigation(browser, live_s
         assert page.get_by_test_id("not-found").is_visible()
         assert page.get_by_role("navigation", name="Site").get_by_role("link", name="Runs").is_visible()
         assert page.get_by_role("link", name="Back to your runs").is_visible()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_inject_form_says_what_happens_when_the_population_is_full(browser, live_server, alice, alice_team):
+    config = preset("smoke").to_dict()
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.RUNNING, preset="smoke", config=config)
+    pages = signed_in(browser, live_server, alice)
+    pages.goto(f"/runs/{run.pk}/")
+    says = pages.page.get_by_test_id("inject-room").inner_text()
+    size = config["population"]["population_size"]
+    assert f"holds at most {size} instructions" in says
+    assert "lowest-weight member that is not pinned" in says
+    assert "every member is pinned, the request is refused" in says

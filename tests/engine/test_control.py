@@ -216,19 +216,37 @@ def test_retire_by_hand_refuses_a_pinned_one_and_the_last_one(gemini, tmp_path):
     assert [m.id for m in loop.population.members] == ["ins-0000"]
 
 
-def test_a_full_population_refuses_an_injection_until_one_is_retired(gemini, tmp_path):
+def test_an_injection_into_a_full_population_retires_the_lowest_weight_unpinned_member_and_says_so(gemini, tmp_path):
+    send(tmp_path, "pin", Pin("ins-0002", "ada"))
     send(tmp_path, "full", Inject("Answer briefly.", "ada", verify=False))
-    send(tmp_path, "retire", Retire("ins-0002", "ada"))
-    send(tmp_path, "again", Inject("Answer briefly.", "ada", verify=False))
     sink = ListSink()
     config = RunConfig.from_dict(SMALL).with_overrides({"population.population_size": 3})
     loop = make_loop(config, gemini, tmp_path, sink=sink)
     loop.should_stop = lambda: loop.progress.step >= 1
     loop.run()
-    handled = outcomes(sink)
-    assert handled["full"].status == "rejected" and "full (3 of 3)" in handled["full"].message
-    assert handled["retire"].status == "applied" and handled["again"].status == "applied"
-    assert len(loop.population) == 3 and loop.population.members[-1].origin == "human"
+    handled = outcomes(sink)["full"]
+    # all three weigh 0 before the first step: the youngest unpinned one ranks last
+    assert handled.status == "applied" and handled.message == (
+        "ins-0003 joined unverified, as asked; the population was full, so ins-0001 (the lowest-weight unpinned "
+        "member) retired to make room"
+    )
+    assert [m.id for m in loop.population.members] == ["ins-0000", "ins-0002", "ins-0003"]
+    pruned = [(e.instruction_id, e.reason) for e in sink.of(InstructionPruned) if e.step == 1]
+    assert ("ins-0001", "retired to make room for an instruction injected by ada") in pruned
+
+
+def test_a_full_population_whose_members_are_all_pinned_refuses_an_injection(gemini, tmp_path):
+    for member in ("ins-0000", "ins-0001", "ins-0002"):
+        send(tmp_path, f"pin-{member}", Pin(member, "ada"))
+    send(tmp_path, "full", Inject("Answer briefly.", "ada", verify=False))
+    sink = ListSink()
+    config = RunConfig.from_dict(SMALL).with_overrides({"population.population_size": 3})
+    loop = make_loop(config, gemini, tmp_path, sink=sink)
+    loop.should_stop = lambda: loop.progress.step >= 1
+    loop.run()
+    handled = outcomes(sink)["full"]
+    assert handled.status == "rejected" and "full (3 of 3) and every member is pinned" in handled.message
+    assert len(loop.population) == 3
 
 
 # -- pinning against successive halving and evolution ---------------------------------------------------------------
