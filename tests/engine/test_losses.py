@@ -373,3 +373,37 @@ def test_every_variant_is_accepted_on_both_backends(variant):
     for backend in ("torch", "verl"):
         config = RunConfig.from_dict({"backend": {"name": backend}, "grpo": {"loss": variant, "clip_ratio_high": 0.28}})
         assert config.grpo.loss == variant
+
+
+# -- through the torch backend ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_the_backend_trains_dr_grpo_and_leaves_truncated_replies_out_of_the_loss():
+    """A dr_grpo run with DAPO's overlong filtering on the real SmolLM2: the backend resolves Dr. GRPO's constant,
+    and the one reply marked truncated takes no part in the update (its tokens are not trained)."""
+    from inspo_engine.backends.torch.backend import TorchBackend
+    from inspo_engine.env.builtin import builtin_dataset
+    from inspo_engine.presets import preset
+    from inspo_engine.types import RolloutRequest
+    from tests.engine.torch_backend.conftest import CACHE_DIR, EchoRetriever
+
+    overrides = {"backend.max_new_tokens": 12, "env.max_turns": 2, "seed": 7}
+    config = preset("smoke").with_overrides(overrides | {"grpo.loss": "dr_grpo", "grpo.drop_truncated": True})
+    backend = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    assert backend.trainer.config.norm_tokens == loss_norm_tokens(config) == 3 * 12
+    assert backend.scale_rewards == "none"
+    questions = builtin_dataset().train[:2]
+    groups = backend.rollout([RolloutRequest("i0", SEED_TEXT, q) for q in questions], group_size=2)
+    for group in groups:
+        for trajectory, reward in zip(group, (1.0, 0.0), strict=True):
+            trajectory.reward = reward
+            trajectory.payload.truncated = False
+    groups[0][0].payload.truncated = True
+    result = backend.update(groups)
+    kept = sum(len(t.payload.response_ids) for group in groups for t in group) - len(groups[0][0].payload.response_ids)
+    assert result.metrics["dropped_truncated"] == 1.0 and result.metrics["response_tokens"] == kept
+    assert result.metrics["optimizer_steps"] == 1.0
+
+
+SEED_TEXT = RunConfig().population.seed_instruction
