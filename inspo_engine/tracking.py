@@ -52,6 +52,8 @@ MAX_PENDING = 10_000
 """Records kept for a tracker that is failing; the oldest are dropped beyond this."""
 PARAM_CHARS = 500
 """MLflow parameters are short strings: longer config values (instructions) are cut; config.json has them whole."""
+MLFLOW_STATUS = {"finished": "FINISHED", "cancelled": "KILLED"}
+"""RunFinished's status → the MLflow run's; a failed run (RunFailed) is FAILED, and so is W&B's exit code."""
 
 
 def package_errors(tracking: TrackingConfig) -> list[FieldError]:
@@ -81,7 +83,7 @@ class Record:
     artifacts: dict[str, str] = field(default_factory=dict)
     """File name → text content."""
     finished: str | None = None
-    """The run's final status; the tracker closes its run."""
+    """The run's final status ('finished', 'cancelled' or 'failed'); the tracker closes its run."""
 
 
 class Tracker(Protocol):
@@ -280,7 +282,7 @@ class MlflowTracker:
         for name, text in record.artifacts.items():
             self.client.log_text(run_id, text, name)
         if record.finished is not None:
-            self.client.set_terminated(run_id, "FINISHED" if record.finished == "completed" else "FAILED")
+            self.client.set_terminated(run_id, MLFLOW_STATUS.get(record.finished, "FAILED"))
 
     def close(self) -> None:
         return None
@@ -322,7 +324,7 @@ class WandbTracker:
                     handle.write(text)
             self.run.log_artifact(artifact)
         if record.finished is not None:
-            self.run.finish(exit_code=0 if record.finished == "completed" else 1)
+            self.run.finish(exit_code=0 if record.finished in MLFLOW_STATUS else 1)
 
     def close(self) -> None:
         self.run.finish()

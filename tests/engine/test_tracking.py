@@ -84,7 +84,7 @@ def _events(config: RunConfig) -> list:
         PopulationCollapsed(step=2, since_step=1, steps=2, reasons=["entropy"], cosine_min=None,
                             entropy_normalised=0.0, collapse_cosine=0.95, collapse_entropy=0.05),
         EvalCompleted(step=2, benchmark="builtin", metric="em", value=0.4, n=10, instruction_id="i1", f1=0.5),
-        RunFinished(step=2, status="completed", best_instruction_id="i1", best_instruction=CHILD,
+        RunFinished(step=2, status="finished", best_instruction_id="i1", best_instruction=CHILD,
                     overhead=Overhead()),
     ]  # fmt: skip
 
