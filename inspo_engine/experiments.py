@@ -439,11 +439,12 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     """`experiment_results` as Markdown: what was run, the table, every verdict in words and the missing runs."""
     spec = results["experiment"]
     evaluation, baseline = spec["evaluation"], results["baseline"]
-    size = f"{evaluation['size']} questions drawn by seed {evaluation['sample_seed']}" if evaluation["size"] else "all"
+    drawn = f"{evaluation['size']} questions drawn by seed {evaluation['sample_seed']}"
+    questions = drawn if evaluation["size"] else "all its questions"
     lines = [
         f"# Experiment: {spec['preset']}, seeds {', '.join(map(str, spec['seeds']))}",
         "",
-        f"Evaluation: {evaluation['benchmark']}, {evaluation['split']} split, {size} questions; each run's best "
+        f"Evaluation: {evaluation['benchmark']}, {evaluation['split']} split, {questions}; each run's best "
         "instruction I*, greedy. Baseline arm: " + baseline + ".",
         "",
         f"| arm | seeds | mean EM | mean F1 | reward (last {REWARD_TAIL} steps) | − {baseline} "

@@ -144,6 +144,7 @@ def _experiment_reward(arms: list[dict[str, Any]], path: Path) -> Path:
         (line,) = axis.plot(curve["steps"], curve["mean"], linewidth=1.4, label=row["arm"])
         axis.fill_between(curve["steps"], curve["low"], curve["high"], color=line.get_color(), alpha=0.15)
     axis.set_xlabel("step")
+    axis.xaxis.get_major_locator().set_params(integer=True)
     axis.set_ylabel("training reward")
     axis.set_title("training reward per arm: mean over seeds, band from the lowest to the highest seed", fontsize=10)
     axis.grid(alpha=0.3)
@@ -176,7 +177,9 @@ def _experiment_em(results: dict[str, Any], path: Path) -> Path:
     right.set_ylabel("EM points")
     level = 100 * results["level"]
     right.set_title(f"difference from {results['baseline']}, {level:g} % interval", fontsize=10)
+    left.set_ylim(bottom=0)
     for axis in (left, right):
+        axis.set_xlim(-0.5, len(names) - 0.5)
         axis.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
