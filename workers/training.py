@@ -176,6 +176,7 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,
             optimizer_policy=access.optimizer_policy,
+            retriever_policy=access.retriever_policy,
             on_start=started,
             on_poll=relay.sync,
         )

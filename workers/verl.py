@@ -105,6 +105,7 @@ def verl_execute(
     grace_s: float | None = None,
     api_key: str | None = None,
     optimizer_policy: NetPolicy | None = None,
+    retriever_policy: NetPolicy | None = None,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
     on_poll: Callable[[], None] = lambda: None,
 ) -> Outcome:
@@ -116,12 +117,20 @@ def verl_execute(
     The job starts with a minimal environment (`job_environment`): the optimizer's `api_key` if it needs one,
     the GPU and Ray variables, INSPO_VERL_ENV_PASSTHROUGH; nothing else of the worker's (no database URL, no
     Django secret, no other key). Its optimizer client checks every request against `optimizer_policy` (the
-    policy for a base URL the run chose; None: the operator's endpoint). `on_poll` runs before the job starts and
-    at every poll (the worker relays the run's control requests to the job's control file)."""
+    policy for a base URL the run chose; None: the operator's endpoint), its agent loops' retriever client against
+    `retriever_policy`. `on_poll` runs before the job starts and at every poll (the worker relays the run's control
+    requests to the job's control file)."""
     poll = float(settings.INSPO_VERL_POLL_S if poll_s is None else poll_s)
     grace = float(settings.INSPO_VERL_GRACE_S if grace_s is None else grace_s)
     cluster = Cluster(n_gpus_per_node=settings.INSPO_VERL_GPUS_PER_NODE, nnodes=settings.INSPO_VERL_NNODES)
-    job = prepare(config, out_dir, cluster=cluster, resume_step=resume_step, optimizer_policy=optimizer_policy)
+    job = prepare(
+        config,
+        out_dir,
+        cluster=cluster,
+        resume_step=resume_step,
+        optimizer_policy=optimizer_policy,
+        retriever_policy=retriever_policy,
+    )
     tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
     env = job_environment(api_key=api_key, extra=tuple(settings.INSPO_VERL_ENV_PASSTHROUGH))
     on_poll()

@@ -7,6 +7,9 @@ with the stop strings and the turn's token budget; the ids it returns are append
 decoded to read the action. Passages come from a Search-R1 `/retrieve` server and are appended with mask 0. The
 reward (the run's `env.reward`) is computed here, so verl's reward workers have nothing to do.
 
+When the job was given a retriever policy (`launcher.RETRIEVER_POLICY`), the /retrieve client checks the URL against
+it when it is built and every request again (DNS rebinding included), as the torch backend's retriever does.
+
 It is registered under `AGENT_NAME` when this module is imported; verl imports it in every process through the
 `verl.plugins` entry point that this package installs (see pyproject.toml).
 """
@@ -24,14 +27,18 @@ from verl.utils.profiler import simple_timer
 
 from ...env.protocol import STOP_STRINGS, Passage, Retriever
 from ...env.retrievers import RemoteRetriever
+from ...netpolicy import NetPolicy
+from .launcher import RETRIEVER_POLICY, job_policy
 from .overrides import AGENT_NAME
 from .turns import Episode, TurnLimits, note_ids, observation_ids
 
 
 @functools.cache
-def remote_retriever(url: str) -> Retriever:
-    """One /retrieve client per URL and process, shared by every trajectory the worker runs."""
-    return RemoteRetriever(url)
+def remote_retriever(url: str, policy: NetPolicy | None = None) -> Retriever:
+    """One /retrieve client per URL, policy and process, shared by every trajectory the worker runs; with a policy
+    it refuses a URL the policy forbids now (UrlRefused) and checks and pins every request again (None: the URL is
+    the operator's own)."""
+    return RemoteRetriever(url, policy=policy)
 
 
 def golden_answers(reward_model: Any) -> tuple[str, ...]:
@@ -66,7 +73,7 @@ class SearchR1AgentLoop(AgentLoopBase):
             f1_score=float(inspo.get("f1_score", 0.0)),
         )
         self.prompt_length = int(self.rollout_config.prompt_length)
-        self.retriever = remote_retriever(str(inspo.retriever_url))
+        self.retriever = remote_retriever(str(inspo.retriever_url), job_policy(inspo, RETRIEVER_POLICY))
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """One rollout of the row in `kwargs` (`raw_prompt` messages with the instruction as the system message,

@@ -37,6 +37,8 @@ VERL_DIR = "verl"
 MAIN_MODULE = "inspo_engine.backends.verl.main"
 OPTIMIZER_POLICY = "optimizer_policy"
 """The `inspo` key under which the job finds the network policy for its optimizer's base URL."""
+RETRIEVER_POLICY = "retriever_policy"
+"""The `inspo` key under which the agent loop finds the network policy for the retriever's URL."""
 
 
 @dataclass(frozen=True)
@@ -99,10 +101,12 @@ def prepare(
     python: str = sys.executable,
     extra: Sequence[str] = (),
     optimizer_policy: NetPolicy | None = None,
+    retriever_policy: NetPolicy | None = None,
 ) -> Job:
     """Write the run's config and data and return the job; `resume_step` continues from that engine checkpoint.
-    `optimizer_policy` goes to the job, whose optimizer client checks every request against it (None: the URL is
-    the operator's own)."""
+    `optimizer_policy` goes to the job, whose optimizer client checks every request against it, and
+    `retriever_policy` to its agent loops, whose retriever client does the same (None: the URL is the operator's
+    own)."""
     if config.env.retriever != "remote" or not config.env.retriever_url:
         raise ValueError(
             "the verl backend retrieves through a Search-R1 /retrieve server: set env.retriever='remote' and "
@@ -123,7 +127,8 @@ def prepare(
     )
     overrides = verl_overrides(config, cluster=cluster, paths=paths, experiment=out_dir.name)
     overrides += resume_overrides(out_dir, resume_step) if resume_step is not None else []
-    overrides += policy_overrides(optimizer_policy) if optimizer_policy is not None else []
+    overrides += policy_overrides(optimizer_policy, OPTIMIZER_POLICY) if optimizer_policy is not None else []
+    overrides += policy_overrides(retriever_policy, RETRIEVER_POLICY) if retriever_policy is not None else []
     argv = [python, "-m", MAIN_MODULE, *overrides, *extra]
     return Job(argv=argv, out_dir=out_dir, events=out_dir / EVENTS_FILE, stop_file=out_dir / STOP_FILE)
 
@@ -142,14 +147,25 @@ def resume_overrides(out_dir: Path, step: int) -> list[str]:
     return ["trainer.resume_mode=resume_path", f"trainer.resume_from_path={quote(path)}"]
 
 
-def policy_overrides(policy: NetPolicy) -> list[str]:
-    """The policy as `+inspo.optimizer_policy.*` overrides (quoted: no host can become an interpolation); the
-    job reads them back with `main.job_policy`."""
-    key = f"+inspo.{OPTIMIZER_POLICY}"
+def policy_overrides(policy: NetPolicy, key: str) -> list[str]:
+    """The policy as `+inspo.<key>.*` overrides (quoted: no host can become an interpolation); the job reads them
+    back with `job_policy`."""
     return [
-        f"{key}.allowed_hosts=[{','.join(quote(host) for host in policy.allowed_hosts)}]",
-        f"{key}.private_hosts=[{','.join(quote(host) for host in policy.private_hosts)}]",
+        f"+inspo.{key}.allowed_hosts=[{','.join(quote(host) for host in policy.allowed_hosts)}]",
+        f"+inspo.{key}.private_hosts=[{','.join(quote(host) for host in policy.private_hosts)}]",
     ]
+
+
+def job_policy(inspo: Any, key: str) -> NetPolicy | None:
+    """The network policy the caller gave the job under `key` of its `inspo` section (`policy_overrides`), or
+    None: that URL is the operator's own and needs none."""
+    if inspo.get(key) is None:
+        return None
+    section = inspo[key]
+    return NetPolicy(
+        allowed_hosts=tuple(str(host) for host in section.allowed_hosts),
+        private_hosts=tuple(str(host) for host in section.private_hosts),
+    )
 
 
 def merge_fsdp_checkpoint(actor_dir: Path, target_dir: Path) -> None:

@@ -27,9 +27,8 @@ from ...config import RunConfig
 from ...control import FileControlChannel
 from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
 from ...events import JsonlSink
-from ...netpolicy import NetPolicy
 from .config import compose
-from .launcher import EVENTS_FILE, OPTIMIZER_POLICY, STOP_FILE, VERL_DIR, merge_fsdp_checkpoint
+from .launcher import EVENTS_FILE, OPTIMIZER_POLICY, STOP_FILE, VERL_DIR, job_policy, merge_fsdp_checkpoint
 from .loop import VerlLoop, question_of
 
 FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE)
@@ -78,24 +77,12 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         api_key=os.environ.get(API_KEY_VARIABLE) or None,
         should_stop=lambda: (out_dir / STOP_FILE).exists(),
         backend=policy,
-        optimizer_policy=job_policy(inspo),
+        optimizer_policy=job_policy(inspo, OPTIMIZER_POLICY),
         control=FileControlChannel(out_dir),
         inputs=RunInputs(train=questions, eval_sets={}, corpus=None),
     )
     loop = VerlLoop(coevolution)
     return loop
-
-
-def job_policy(inspo: Any) -> NetPolicy | None:
-    """The network policy the caller gave the job (`launcher.policy_overrides`), or None: its optimizer's URL is
-    the operator's own and needs none."""
-    if inspo.get(OPTIMIZER_POLICY) is None:
-        return None
-    section = inspo[OPTIMIZER_POLICY]
-    return NetPolicy(
-        allowed_hosts=tuple(str(host) for host in section.allowed_hosts),
-        private_hosts=tuple(str(host) for host in section.private_hosts),
-    )
 
 
 @ray.remote(num_cpus=1)
