@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from inspo_engine.config import MAX_INSTRUCTION_CHARS, field_value
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
@@ -33,6 +33,8 @@ CONFIG_FIELDS = {
     "optimizer_provider": "optimizer.provider",
     "optimizer_model": "optimizer.model",
     "optimizer_endpoint": "optimizer.endpoint",
+    "loss": "grpo.loss",
+    "tracking": "tracking.backends",
 }
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
@@ -48,8 +50,10 @@ def preset_field_texts() -> dict[str, dict[str, str | None]]:
 
 
 def _display(value: Any) -> str | None:
-    if value is None or value == "":
+    if value is None or value == "" or value == []:
         return None
+    if isinstance(value, list):
+        return ", ".join(map(str, value))
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -120,6 +124,19 @@ class RunForm(ConfigFormMixin):
     optimizer_endpoint = forms.CharField(
         required=False, max_length=64, help_text="A named optimizer endpoint of this server (its key stays here)."
     )
+    loss = forms.ChoiceField(
+        required=False,
+        choices=_choices("grpo", "dr_grpo", "dapo", "gspo"),
+        label="GRPO loss",
+        help_text="grpo (DeepSeekMath), dr_grpo (Dr. GRPO), dapo (DAPO: set clip_ratio_high in overrides), gspo.",
+    )
+    tracking = forms.MultipleChoiceField(
+        required=False,
+        choices=[(name, name) for name in TRACKERS],
+        widget=forms.CheckboxSelectMultiple,
+        label="Trackers",
+        help_text="Also send the run to MLflow, W&B (offline without a key) or TensorBoard, in the run directory.",
+    )
     overrides = OverridesField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
@@ -139,7 +156,7 @@ class RunForm(ConfigFormMixin):
         overrides = dict(data.get("overrides") or {})
         for name, path in CONFIG_FIELDS.items():
             value = data.get(name)
-            if value not in (None, ""):
+            if value not in (None, "", []):
                 overrides[path] = value
         data["config_overrides"] = overrides
         data["tag_list"] = _tags(data.get("tags", ""))
