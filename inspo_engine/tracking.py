@@ -52,6 +52,13 @@ MAX_PENDING = 10_000
 """Records kept for a tracker that is failing; the oldest are dropped beyond this."""
 PARAM_CHARS = 500
 """MLflow parameters are short strings: longer config values (instructions) are cut; config.json has them whole."""
+MLFLOW_HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
+"""MLflow's HTTP settings (it reads only the environment) unless the operator set them: one retry, 10 s timeouts;
+a tracker that failed is tried again at the next step anyway."""
 MLFLOW_STATUS = {"finished": "FINISHED", "cancelled": "KILLED"}
 """RunFinished's status → the MLflow run's; a failed run (RunFailed) is FAILED, and so is W&B's exit code."""
 
@@ -254,6 +261,9 @@ class MlflowTracker:
         if uri is None:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             uri = (run_dir / MLFLOW_DIR).resolve().as_uri()
+        else:  # a server that is down costs the run seconds per step, not MLflow's default minutes of retries
+            for name, value in MLFLOW_HTTP_DEFAULTS.items():
+                os.environ.setdefault(name, value)
         self.uri, self.project, self.run_name = uri, project, run_name
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id: str | None = None

@@ -269,3 +269,18 @@ def test_no_tracker_is_the_default_and_writes_nothing(tmp_path):
     assert config.tracking.backends == []
     _run(config, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_mlflow_server_that_is_down_warns_at_each_step_and_the_run_goes_on(tmp_path):
+    """A real MLflow client against a port nobody listens on: each step's retry fails within seconds."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again when the block ends: nothing listens there
+    config = _config("mlflow", mlflow_uri=f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    warnings = _run(config, tmp_path)
+    failed = warnings.of(TrackerFailed)
+    assert [w.step for w in failed] == [0, 1, 2, 2]  # the first event, each step, the end
+    assert all(w.tracker == "mlflow" for w in failed) and time.monotonic() - started < 120
