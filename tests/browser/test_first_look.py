@@ -71,3 +71,47 @@ def test_the_inject_form_says_what_happens_when_the_population_is_full(browser, 
     assert f"holds at most {size} instructions" in says
     assert "lowest-weight member that is not pinned" in says
     assert "every member is pinned, the request is refused" in says
+
+
+def field_box(page, name):
+    """The grid cell that holds a form field, its help and its errors."""
+    return page.locator(f"[name={name}]").locator("xpath=..")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_error_in_the_overrides_is_shown_under_overrides(browser, live_server, alice):
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto("/runs/new/")
+    page.wait_for_selector("#app[data-ready=true]")
+    page.fill("input[name=name]", "bad overrides")
+    page.fill("textarea[name=overrides]", '{"grpo.total_steps": 0}')
+    page.get_by_role("button", name="Submit").click()
+    page.wait_for_load_state()
+    assert "grpo.total_steps" in field_box(page, "overrides").locator(".errorlist").inner_text()
+    assert field_box(page, "total_steps").locator(".errorlist").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_clone_forms_overrides_box_has_an_example(browser, live_server, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, preset="smoke")
+    pages = signed_in(browser, live_server, alice)
+    pages.goto(f"/runs/{run.pk}/clone/")
+    overrides = pages.page.locator("textarea[name=overrides]")
+    assert overrides.get_attribute("placeholder") == '{"grpo.total_steps": 20}'
+    assert '{"grpo.total_steps": 20, "seed": 1}' in field_box(pages.page, "overrides").inner_text()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_optimizer_fields_follow_a_preset_that_uses_the_rules_optimizer(browser, live_server, alice):
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto("/runs/new/")
+    page.wait_for_selector("#app[data-ready=true]")
+    page.select_option("select[name=preset]", "cpu-demo")
+    provider = page.locator('select[name=optimizer_provider] option[value=""]')
+    assert provider.inner_text() == "(preset: rules)"
+    assert page.locator('select[name=optimizer_provider] option[value="rules"]').count() == 1
+    assert page.get_attribute("input[name=optimizer_model]", "placeholder") in ("", None)
+    assert "gemini" not in page.get_by_test_id("preset-summary").inner_text()
+    pages.assert_no_errors("the new run form with the cpu-demo preset")

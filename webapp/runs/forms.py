@@ -46,6 +46,8 @@ def preset_field_texts() -> dict[str, dict[str, str | None]]:
     for name in PRESET_NAMES:
         config = config_compose(preset=name)
         texts[name] = {field: _display(field_value(config, path)) for field, path in CONFIG_FIELDS.items()}
+        if config.optimizer.provider == "rules":  # the offline optimizer calls no model: show none
+            texts[name]["optimizer_model"] = None
     return texts
 
 
@@ -91,8 +93,12 @@ class ConfigFormMixin(forms.Form):
     """Turns the engine's errors (dotted field paths) into errors on the matching form field."""
 
     def apply_config_errors(self, error: InvalidInput) -> None:
+        """An error goes under the form field that set its path; a path the form field left empty came from the
+        overrides (or the preset), so its error goes under Overrides."""
         for path, messages in error.errors.items():
             name = FIELD_FOR_PATH.get(path, path if error.key is None else None)
+            if name in CONFIG_FIELDS and self.cleaned_data.get(name) in (None, ""):
+                name = None
             for message in messages:
                 if name and name in self.fields:
                     self.add_error(name, message)
@@ -119,7 +125,7 @@ class RunForm(ConfigFormMixin):
     evolve_until = forms.IntegerField(required=False, label="Evolve until (T_e)")
     backend = forms.ChoiceField(required=False, choices=_choices("torch", "verl"))
     model = forms.CharField(required=False, label="Policy model")
-    optimizer_provider = forms.ChoiceField(required=False, choices=_choices("gemini", "openai", "local"))
+    optimizer_provider = forms.ChoiceField(required=False, choices=_choices("gemini", "openai", "local", "rules"))
     optimizer_model = forms.CharField(required=False)
     optimizer_endpoint = forms.CharField(
         required=False, max_length=64, help_text="A named optimizer endpoint of this server (its key stays here)."
@@ -166,7 +172,12 @@ class RunForm(ConfigFormMixin):
 class CloneForm(ConfigFormMixin):
     name = forms.CharField(max_length=200, required=False)
     tags = forms.CharField(required=False, help_text="Comma-separated; empty keeps the source's tags.")
-    overrides = OverridesField(required=False, widget=forms.Textarea(attrs={"rows": 4}))
+    overrides = OverridesField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": '{"grpo.total_steps": 20}'}),
+        help_text='Fields to change from the source\'s config, as JSON, e.g. {"grpo.total_steps": 20, "seed": 1}; '
+        "empty keeps it as it was.",
+    )
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
