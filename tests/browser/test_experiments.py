@@ -11,7 +11,7 @@ import pytest
 
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
-from tests.celery_worker import REPO
+from tests.celery_worker import REPO, wait_until_done
 from webapp.experiments.forms import cost_text
 from webapp.experiments.models import Experiment
 from webapp.runs import tasks as run_tasks
@@ -38,6 +38,7 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     page.select_option("select[name=preset]", "smoke")
     page.fill("input[name=seeds]", "2")
     page.fill("input[name=questions]", "8")
+    page.fill("textarea[name=overrides]", '{"grpo.total_steps": 2}')
     page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 4)).wait_for()
     page.get_by_label("random-pool").check()
     page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 6)).wait_for()
@@ -46,18 +47,20 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     page.get_by_test_id("start-experiment").click()
     page.wait_for_url("**/experiments/*/")
     experiment = Experiment.objects.get(name="smoke arms")
-    assert sorted(experiment.arms) == ["inspo", "static"] and experiment.seeds == [0, 1]
+    assert experiment.arm_names == ["static", "inspo"] and experiment.seeds == [0, 1]
     assert experiment.runs.count() == 4
 
     # The page refreshes itself: the table is complete once every run has finished and been evaluated.
-    page.locator('[data-testid="experiment-table"][data-complete="true"]').wait_for(timeout=e2e.RUN_TIMEOUT_MS)
-    statuses = list(experiment.runs.values_list("status", flat=True))
-    assert statuses == [Run.Status.FINISHED] * 4, f"{statuses}\n{log.read_text()[-3000:]}"
-    assert process.poll() is None
+    page.get_by_test_id("experiment-state").filter(has_text="running").wait_for()
+    for run in experiment.runs.order_by("created_at"):
+        done = wait_until_done(run.pk, process, log)
+        assert done.status == Run.Status.FINISHED, f"{done.error}\n{log.read_text()[-3000:]}"
+    page.locator('[data-testid="experiment-table"][data-complete="true"]').wait_for(timeout=60_000)
     verdict = page.locator('[data-testid="verdict"][data-arm="inspo"]')
     assert verdict.inner_text().startswith("inspo − static:") and "over 2 seeds × 8 questions" in verdict.inner_text()
     assert page.get_by_test_id("arm-em").count() == 2
     assert page.get_by_test_id("experiment-state").inner_text() == "finished"
+    assert page.get_by_test_id("cancel-experiment").count() == 0
     page.locator('[data-testid="chart-experiment-reward"] canvas').wait_for()
     page.locator('[data-testid="chart-experiment-em"] canvas').wait_for()
     page.wait_for_timeout(500)  # the charts' first frame

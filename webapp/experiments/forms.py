@@ -14,11 +14,11 @@ from webapp.core.errors import InvalidInput
 from webapp.runs.configs import PRESET_NAMES
 from webapp.runs.forms import OverridesField
 
-MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 4.0, "cpu-demo": 25.0, "paper": None}
+MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 5.0, "cpu-demo": 25.0, "paper": None}
 """A rough wall-clock estimate of one run of each preset on the platform's default CPU worker (docs/experiments.md):
-smoke 4 min 17 s measured for one run with an 8-question evaluation on two busy cores, cpu-demo the 21 min 42 s
-measured for `make demo` (its 195-question evaluation included) on two idle cores, rounded up; the paper preset
-trains a 3B model on GPUs, for hours, and has no estimate here."""
+smoke 4 min 17 s to 5 min 33 s measured per run with an 8-question evaluation on two busy cores; cpu-demo the
+21 min 42 s measured for `make demo` (its 195-question evaluation included) on two idle cores, rounded up; the paper
+preset trains a 3B model on GPUs, for hours, and has no estimate here."""
 MAX_FORM_SEEDS = 10
 ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
 
@@ -27,7 +27,7 @@ def cost_text(preset: str, runs: int) -> str:
     """The estimate the form shows for `runs` runs of `preset`.
 
     >>> cost_text("smoke", 4)
-    '4 runs × ~4 min ≈ 16 min of worker time'
+    '4 runs × ~5 min ≈ 20 min of worker time'
     >>> cost_text("paper", 2)
     '2 runs of the paper preset: GPU hours each, no estimate'
     """

@@ -26,7 +26,10 @@ class Experiment(models.Model):
     name = models.CharField(max_length=200)
     preset = models.CharField(max_length=32)
     overrides = models.JSONField(default=dict, blank=True, help_text="Overrides of the preset every arm shares.")
-    arms = models.JSONField(help_text="{arm name: its overrides}, built-in arms resolved to theirs.")
+    arms = models.JSONField(
+        help_text="[[arm name, its overrides], …] in the experiment's order, built-in arms resolved to theirs (a "
+        "list: PostgreSQL's jsonb keeps no key order)."
+    )
     seeds = models.JSONField(help_text="The seeds every arm trains with.")
     evaluation = models.JSONField(help_text="{benchmark, split, size, sample_seed}: the same questions for every run.")
     baseline = models.CharField(max_length=64, help_text="The arm every other arm is compared with.")
@@ -45,11 +48,20 @@ class Experiment(models.Model):
         return {
             "preset": self.preset,
             "overrides": self.overrides,
-            "arms": self.arms,
+            "arms": self.arm_overrides,
             "seeds": self.seeds,
             "evaluation": self.evaluation,
             "baseline": self.baseline,
         }
+
+    @property
+    def arm_overrides(self) -> dict[str, dict[str, Any]]:
+        """Arm name → its overrides, in the experiment's order."""
+        return {str(name): dict(overrides) for name, overrides in self.arms}
+
+    @property
+    def arm_names(self) -> list[str]:
+        return [str(name) for name, _ in self.arms]
 
     @property
     def run_count(self) -> int:

@@ -28,7 +28,9 @@ class ExperimentOutputSerializer(serializers.ModelSerializer[Experiment]):
     )
     overrides = serializers.DictField(help_text="Overrides of the preset every arm shares.")
     arms = serializers.DictField(
-        child=serializers.DictField(), help_text="Arm name → its overrides (a built-in arm's included)."
+        source="arm_overrides",
+        child=serializers.DictField(),
+        help_text="Arm name → its overrides (a built-in arm's included), in the experiment's order.",
     )
     seeds = serializers.ListField(child=serializers.IntegerField())
     evaluation = serializers.DictField(help_text="{benchmark, split, size, sample_seed}.")

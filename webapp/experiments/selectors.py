@@ -38,7 +38,7 @@ def experiment_get(*, user: AnyUser, experiment_id: int) -> Experiment:
 
 def experiment_runs(*, experiment: Experiment) -> list[Run]:
     """Its runs in arm order (as the experiment lists its arms), then by seed."""
-    order = {arm: i for i, arm in enumerate(experiment.arms)}
+    order = {arm: i for i, arm in enumerate(experiment.arm_names)}
     runs = list(Run.objects.filter(experiment=experiment).order_by("seed", "created_at"))
     return sorted(runs, key=lambda run: (order.get(run.arm, len(order)), run.seed))
 

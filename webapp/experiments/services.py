@@ -97,7 +97,7 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
             name=name[:200],
             preset=experiment.preset,
             overrides=dict(experiment.overrides),
-            arms={arm: dict(overrides) for arm, overrides in experiment.arms.items()},
+            arms=[[arm, dict(overrides)] for arm, overrides in experiment.arms.items()],
             seeds=list(experiment.seeds),
             evaluation=dataclasses.asdict(experiment.evaluation),
             baseline=experiment.baseline,

@@ -34,9 +34,10 @@ export async function experimentPage(root: HTMLElement, api: Api): Promise<void>
 
   const detail = await load();
   if (detail?.state === "running") {
+    // The API first, then the sections: once it says the experiment ended, the sections fetched after show that too.
     const refresh = async () => {
-      await refreshSections(root);
       const next = await load();
+      await refreshSections(root);
       if (next?.state === "running" || next === null) window.setTimeout(() => void refresh(), REFRESH_MS);
     };
     window.setTimeout(() => void refresh(), REFRESH_MS);

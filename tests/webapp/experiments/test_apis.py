@@ -145,6 +145,7 @@ def test_the_table_covers_the_seeds_that_finished_and_names_the_missing_ones(ali
     assert body["state"] == "finished"
     results = body["results"]
     assert results["missing"] == [{"arm": "inspo", "seed": 1}] and not results["complete"]
+    assert [row["arm"] for row in results["arms"]] == ["static", "inspo"]  # the experiment's order
     arms = {row["arm"]: row for row in results["arms"]}
     assert arms["static"]["seeds"] == [0, 1] and arms["static"]["mean_em"] == pytest.approx((2 / 8 + 3 / 8) / 2)
     assert arms["inspo"]["seeds"] == [0] and arms["inspo"]["mean_em"] == pytest.approx(4 / 8)

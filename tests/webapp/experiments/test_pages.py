@@ -28,9 +28,10 @@ def test_the_form_starts_an_experiment_and_lands_on_its_page(client, alice, alic
     response = client.post("/experiments/new/", data)
     experiment = Experiment.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/experiments/{experiment.pk}/"
-    assert sorted(experiment.arms) == ["random-pool", "static"] and experiment.seeds == [0, 1]
+    assert experiment.arm_names == ["static", "random-pool"] and experiment.seeds == [0, 1]
     assert {r.config["grpo"]["total_steps"] for r in experiment.runs.all()} == {2}
-    assert experiment.evaluation["size"] == 8 and {r.config["eval"]["eval_samples"] for r in experiment.runs.all()} == {8}
+    assert experiment.evaluation["size"] == 8
+    assert {r.config["eval"]["eval_samples"] for r in experiment.runs.all()} == {8}
 
 
 def test_a_bad_override_in_the_form_is_shown_on_its_field(client, alice, alice_team):

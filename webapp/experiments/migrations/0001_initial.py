@@ -24,7 +24,13 @@ class Migration(migrations.Migration):
                     "overrides",
                     models.JSONField(blank=True, default=dict, help_text="Overrides of the preset every arm shares."),
                 ),
-                ("arms", models.JSONField(help_text="{arm name: its overrides}, built-in arms resolved to theirs.")),
+                (
+                    "arms",
+                    models.JSONField(
+                        help_text="[[arm name, its overrides], …] in the experiment's order, built-in arms resolved "
+                        "to theirs (a list: PostgreSQL's jsonb keeps no key order)."
+                    ),
+                ),
                 ("seeds", models.JSONField(help_text="The seeds every arm trains with.")),
                 (
                     "evaluation",
