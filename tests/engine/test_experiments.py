@@ -228,3 +228,36 @@ def _rules(config, cache_dir):
     from inspo_engine.optimizers import optimizer_for
 
     return optimizer_for(config, cache_dir, None)
+
+
+# -- the same questions for every run ----------------------------------------------------------------------------
+
+
+def test_every_arm_and_seed_is_evaluated_on_the_same_questions_drawn_by_the_sample_seed():
+    from inspo_engine.build import eval_questions
+    from inspo_engine.env.datasets import load_questions
+
+    experiment = experiment_from_dict(
+        {"preset": "smoke", "arms": ["static", "inspo"], "seeds": 2, "evaluation": {"size": 10, "sample_seed": 4}}
+    )
+    drawn = {
+        (arm, seed): [q.id for q in eval_questions(arm_config(experiment, arm, seed).eval, "builtin")]
+        for arm, seed in experiment.runs()
+    }
+    assert len(set(map(tuple, drawn.values()))) == 1
+    ids = drawn["static", 0]
+    everything = [q.id for q in load_questions("builtin", "test")]
+    assert len(ids) == 10 and ids != everything[:10]  # drawn, not the first ten
+    assert ids == [i for i in everything if i in set(ids)]  # in the benchmark's order
+    other = arm_config(experiment, "static", 0).with_overrides({"eval.sample_seed": 5})
+    assert [q.id for q in eval_questions(other.eval, "builtin")] != ids
+
+
+def test_without_a_sample_seed_a_run_is_evaluated_on_the_first_questions_as_before():
+    from inspo_engine.build import eval_questions
+    from inspo_engine.env.datasets import load_questions
+
+    config = preset("smoke")
+    assert config.eval.sample_seed is None and config.eval.split == "test"
+    first = [q.id for q in load_questions("builtin", "test")[: config.eval.eval_samples]]
+    assert [q.id for q in eval_questions(config.eval, "builtin")] == first
