@@ -579,7 +579,8 @@ def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
                 for run in [r for r in active if r.poll()]:
                     active.remove(run)
                     if run.returncode != 0:
-                        bar.write(f"{run.name} failed (exit {run.returncode}): see {run.directory / 'train.log'}")
+                        log = run.directory / "train.log"
+                        bar.write(f"{run.name} failed (exit {run.returncode}): see {log}", file=sys.stderr)
                 bar.n = sum(min(run.step, run.total) for run in runs)
                 finished = sum(run.done and run.returncode in (None, 0) for run in runs)
                 bar.set_description(f"runs {finished}/{len(runs)} done, {len(active)} running")

@@ -234,3 +234,17 @@ def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_
     assert {name for name in after if after[name] != first[name]} == {"static-s1"}
     started = [e for e in read_events(events) if e.kind == "run_started"]
     assert [e.resumed_from_step for e in started] == [0, 1]  # from its checkpoint of step 1, not from scratch
+
+
+def test_failed_runs_leave_the_results_written_with_the_missing_runs_named_and_exit_1(tmp_path):
+    broken = ["--set", "env.dataset=/nowhere/train.jsonl"]
+    done = cli(*EXPERIMENT, *broken, "--seeds", "1", "--out", str(tmp_path), timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert [(m["arm"], m["seed"]) for m in results["missing"]] == [("static", 0), ("random-pool", 0)]
+    assert (
+        "Missing runs (no final evaluation yet): static seed 0, random-pool seed 0."
+        in (tmp_path / "results.md").read_text()
+    )
+    assert "static-s0 failed (exit 2)" in done.stderr
+    assert "/nowhere/train.jsonl" in (tmp_path / "static-s0" / "train.log").read_text()
