@@ -3,6 +3,7 @@ import {
   evolutionMarkers,
   lastPerStep,
   memberCounts,
+  sameMembers,
   membersAt,
   populationShares,
   weightHistory,
@@ -265,5 +266,13 @@ describe("evolutionMarkers", () => {
 
   it("has no markers without rounds or evolution snapshots", () => {
     expect(evolutionMarkers([], history([[1, "step", []]]))).toEqual([]);
+  });
+});
+
+describe("sameMembers", () => {
+  it("compares the ids as sets", () => {
+    expect(sameMembers(["ins-0001", "ins-0000"], ["ins-0000", "ins-0001"])).toBe(true);
+    expect(sameMembers([], ["ins-0000"])).toBe(false);
+    expect(sameMembers(["ins-0000", "ins-0002"], ["ins-0000", "ins-0001"])).toBe(false);
   });
 });

@@ -10,7 +10,7 @@ import pytest
 from inspo_engine.presets import preset
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
-from tests.factories import RunFactory
+from tests.factories import InstructionFactory, PopulationMemberFactory, PopulationSnapshotFactory, RunFactory
 from webapp.runs.models import Run
 
 browser = e2e.browser  # the chromium fixture
@@ -115,3 +115,26 @@ def test_the_optimizer_fields_follow_a_preset_that_uses_the_rules_optimizer(brow
     assert page.get_attribute("input[name=optimizer_model]", "placeholder") in ("", None)
     assert "gemini" not in page.get_by_test_id("preset-summary").inner_text()
     pages.assert_no_errors("the new run form with the cpu-demo preset")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_steering_table_follows_the_population_as_it_refreshes(browser, live_server, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.RUNNING, step=1, total_steps=4)
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/")
+    page.wait_for_selector("#app[data-ready=true]")
+    steering = page.get_by_test_id("steer-instructions")
+    assert "No instructions stored yet" in steering.inner_text()
+
+    members = [InstructionFactory(run=run, key=f"ins-000{i}") for i in range(3)]
+    snapshot = PopulationSnapshotFactory(run=run, step=2, reason="step", best=members[0])
+    for instruction in members:
+        PopulationMemberFactory(snapshot=snapshot, instruction=instruction)
+    Run.objects.filter(pk=run.pk).update(step=2)
+
+    page.locator('[data-testid="steer-instructions"] tr[data-instruction="ins-0002"]').wait_for(timeout=20_000)
+    rows = page.locator('[data-testid="steer-instructions"] tr[data-instruction]')
+    assert [rows.nth(i).get_attribute("data-instruction") for i in range(3)] == ["ins-0000", "ins-0001", "ins-0002"]
+    assert page.get_by_test_id("retire-ins-0001").is_visible()  # its forms came with it
+    pages.assert_no_errors("the run page as its population fills in")

@@ -5,7 +5,7 @@ import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { formatValue } from "../transforms/configDiff";
 import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
-import { evolutionMarkers, lastPerStep, membersAt, populationShares } from "../transforms/population";
+import { evolutionMarkers, lastPerStep, membersAt, populationShares, sameMembers } from "../transforms/population";
 import {
   ACTIVE_STATUSES,
   type BestInstruction,
@@ -64,6 +64,7 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
   const refresh = () => {
     renderStatus(root, data);
     renderPopulation(root, data);
+    void syncSteering(data);
     renderBest(root, api, data.run);
     draw();
   };
@@ -125,6 +126,29 @@ function renderStatus(root: HTMLElement, { run, metrics }: RunData): void {
   byTestId(root, "run-progress").textContent = parts.join(" · ");
   const bar = byTestId<HTMLProgressElement>(root, "run-progress-bar");
   bar.value = run.progress;
+}
+
+/** The steering table is the server's (its forms carry the CSRF token and the member's permissions): when the
+ * population lists other instructions than its rows, its rows are read again from the run page. */
+async function syncSteering({ population }: RunData): Promise<void> {
+  const selector = '[data-testid="steer-instructions"]';
+  const table = document.querySelector(selector);
+  const last = lastPerStep(population).at(-1);
+  if (table === null || last === undefined) return;
+  const listed = [...table.querySelectorAll("tr[data-instruction]")].map(
+    (row) => row.getAttribute("data-instruction") ?? "",
+  );
+  if (
+    sameMembers(
+      listed,
+      membersAt(population, last).map((m) => m.id),
+    )
+  )
+    return;
+  const response = await fetch(window.location.pathname, { credentials: "same-origin" });
+  if (!response.ok) return;
+  const fresh = new DOMParser().parseFromString(await response.text(), "text/html").querySelector(selector);
+  if (fresh !== null && document.contains(table)) table.replaceWith(document.importNode(fresh, true));
 }
 
 function renderPopulation(root: HTMLElement, { population, run }: RunData): void {

@@ -146,3 +146,10 @@ export function evolutionMarkers(rounds: readonly Round[], history: PopulationHi
     (a, b) => a.step - b.step || MARKER_KINDS.indexOf(a.kind) - MARKER_KINDS.indexOf(b.kind),
   );
 }
+
+/** Whether two lists name the same instructions, in any order (the steering table against the population). */
+export function sameMembers(listed: readonly string[], current: readonly string[]): boolean {
+  const a = new Set(listed);
+  const b = new Set(current);
+  return a.size === b.size && [...a].every((id) => b.has(id));
+}
