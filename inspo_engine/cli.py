@@ -11,6 +11,7 @@ import argparse
 import getpass
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -161,7 +162,7 @@ def add_experiment(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="NAME:KEY=VALUE,...",
-        help="a custom arm (or overrides on top of a built-in one); repeat it for a value holding a comma",
+        help="a custom arm (or overrides on top of a built-in one); repeat it to add overrides to the same arm",
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 for every arm (3)")
     parser.add_argument("--baseline", default="static", help="the arm every other is compared with (static)")
@@ -422,6 +423,10 @@ def command_serve(args: argparse.Namespace) -> int:
 # -- experiment ------------------------------------------------------------------------------------------------
 
 
+_OVERRIDE_SEPARATOR = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.]*=)")
+"""The commas between a custom arm's KEY=VALUE pairs: those followed by the next key (a value may hold commas)."""
+
+
 def experiment_of(args: argparse.Namespace) -> Experiment:
     """The experiment the arguments describe, validated (ConfigError names each bad field)."""
     arms: dict[str, dict[str, Any]] = {name.strip(): {} for name in args.arms.split(",") if name.strip()}
@@ -429,7 +434,7 @@ def experiment_of(args: argparse.Namespace) -> Experiment:
         name, sep, rest = text.partition(":")
         if not sep or not name.strip():
             raise UsageError(f"--arm {text!r} must look like NAME:KEY=VALUE,...")
-        pairs = [parse_override(item) for item in rest.split(",") if item.strip()]
+        pairs = [parse_override(item) for item in _OVERRIDE_SEPARATOR.split(rest) if item.strip()]
         arms.setdefault(name.strip(), {}).update(dict(pairs))
     return experiment_from_dict(
         {

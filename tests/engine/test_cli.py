@@ -248,3 +248,16 @@ def test_failed_runs_leave_the_results_written_with_the_missing_runs_named_and_e
     )
     assert "static-s0 failed (exit 2)" in done.stderr
     assert "/nowhere/train.jsonl" in (tmp_path / "static-s0" / "train.log").read_text()
+
+
+def test_a_custom_arms_values_may_hold_commas_and_a_repeated_arm_adds_to_it():
+    from inspo_engine.cli import build_parser, experiment_of
+
+    text = "Use <think> </think>, <search> </search>, <information> </information> and <answer> </answer>."
+    args = build_parser().parse_args(
+        ["experiment", "--preset", "smoke", "--arms", "static", "--out", "unused"]
+        + ["--arm", f"two:population.initial_instructions={json.dumps([text])},lr=2e-5", "--arm", "two:temperature=0.5"]
+    )
+    arms = experiment_of(args).arms
+    assert arms["two"] == {"population.initial_instructions": [text], "lr": 2e-5, "temperature": 0.5}
+    assert arms["static"] == {"mode": "static"}
