@@ -254,10 +254,9 @@ def test_a_custom_arms_values_may_hold_commas_and_a_repeated_arm_adds_to_it():
     from inspo_engine.cli import build_parser, experiment_of
 
     text = "Use <think> </think>, <search> </search>, <information> </information> and <answer> </answer>."
-    args = build_parser().parse_args(
-        ["experiment", "--preset", "smoke", "--arms", "static", "--out", "unused"]
-        + ["--arm", f"two:population.initial_instructions={json.dumps([text])},lr=2e-5", "--arm", "two:temperature=0.5"]
-    )
+    first = f"two:population.initial_instructions={json.dumps([text])},lr=2e-5"
+    command = ["experiment", "--preset", "smoke", "--arms", "static", "--out", "unused"]
+    args = build_parser().parse_args([*command, "--arm", first, "--arm", "two:temperature=0.5"])
     arms = experiment_of(args).arms
     assert arms["two"] == {"population.initial_instructions": [text], "lr": 2e-5, "temperature": 0.5}
     assert arms["static"] == {"mode": "static"}
