@@ -60,5 +60,6 @@ describe("experiment transforms", () => {
     expect(costText("smoke", 4, 2)).toBe("4 runs × ~2 min ≈ 8 min of worker time");
     expect(costText("cpu-demo", 12, 25)).toBe("12 runs × ~25 min ≈ 5.0 h of worker time");
     expect(costText("paper", 2, null)).toBe("2 runs of the paper preset: GPU hours each, no estimate");
+    expect(costText("quick", 2, undefined)).toBe("2 runs of the quick preset: no estimate yet");
   });
 });

@@ -30,8 +30,12 @@ def cost_text(preset: str, runs: int) -> str:
     '4 runs × ~5 min ≈ 20 min of worker time'
     >>> cost_text("paper", 2)
     '2 runs of the paper preset: GPU hours each, no estimate'
+    >>> cost_text("unmeasured", 2)
+    '2 runs of the unmeasured preset: no estimate yet'
     """
-    minutes = MINUTES_PER_RUN.get(preset)
+    if preset not in MINUTES_PER_RUN:
+        return f"{runs} runs of the {preset} preset: no estimate yet"
+    minutes = MINUTES_PER_RUN[preset]
     if minutes is None:
         return f"{runs} runs of the {preset} preset: GPU hours each, no estimate"
     total = runs * minutes

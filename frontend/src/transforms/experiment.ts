@@ -37,9 +37,11 @@ export function bandPoints(curve: RewardCurve): { low: [number, number][]; width
   };
 }
 
-/** The form's estimate: `runs` runs of a preset that takes `minutes` per run (null: no estimate). */
+/** The form's estimate: `runs` runs of a preset that takes `minutes` per run (null: a GPU preset, no estimate;
+ * undefined: a preset not measured yet). */
 export function costText(preset: string, runs: number, minutes: number | null | undefined): string {
-  if (minutes === null || minutes === undefined) {
+  if (minutes === undefined) return `${runs} runs of the ${preset} preset: no estimate yet`;
+  if (minutes === null) {
     return `${runs} runs of the ${preset} preset: GPU hours each, no estimate`;
   }
   const total = runs * minutes;
