@@ -138,3 +138,22 @@ def test_the_steering_table_follows_the_population_as_it_refreshes(browser, live
     assert [rows.nth(i).get_attribute("data-instruction") for i in range(3)] == ["ins-0000", "ins-0001", "ins-0002"]
     assert page.get_by_test_id("retire-ins-0001").is_visible()  # its forms came with it
     pages.assert_no_errors("the run page as its population fills in")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_steering_table_shows_each_instruction_by_what_sets_it_apart(browser, live_server, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.RUNNING)
+    opening = run.config["population"]["seed_instruction"]
+    last = opening.split()[-1]
+    seed = InstructionFactory(run=run, key="ins-0000", text=opening)
+    InstructionFactory(run=run, key="ins-0001", origin="reflection", parent=seed, text=f"{opening} Check the dates.")
+    InstructionFactory(run=run, key="ins-0002", origin="reflection", parent=seed, text=f"{opening} Name the city.")
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/")
+    assert page.get_by_test_id("differs-ins-0001").inner_text() == f"… {last} Check the dates."
+    assert page.get_by_test_id("differs-ins-0002").inner_text() == f"… {last} Name the city."
+    seed_words = page.get_by_test_id("differs-ins-0000").inner_text()  # the seed itself: its opening words
+    assert seed_words.split()[:12] == opening.split()[:12]
+    row = page.locator('[data-testid="steer-instructions"] tr[data-instruction="ins-0001"]').inner_text()
+    assert "reflection" in row and "what differs from its parent" in row

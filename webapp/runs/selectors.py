@@ -17,6 +17,7 @@ from django.http import Http404
 
 from inspo_engine.config import PopulationConfig
 from webapp.accounts.permissions import AnyUser
+from webapp.core.text import words_that_differ
 
 from .configs import PRESET_NAMES, config_compose
 from .models import (
@@ -378,12 +379,20 @@ def run_pinned_keys(*, run: Run) -> set[str]:
 
 def run_living_instructions(*, run: Run) -> list[dict[str, Any]]:
     """The population as the database holds it: the instructions not retired, oldest first, with whether each is
-    pinned (what the run page's steering section lists)."""
+    pinned and the words that set it apart from its parent (or from the seed instruction), which is what the run
+    page's steering section lists."""
     pinned = run_pinned_keys(run=run)
-    living = run.instructions.filter(retired_step__isnull=True).order_by("birth_step", "id")
-    return [
-        {"id": i.key, "text": i.text, "origin": i.origin, "author": i.author, "pinned": i.key in pinned} for i in living
-    ]
+    living = run.instructions.filter(retired_step__isnull=True).select_related("parent").order_by("birth_step", "id")
+    seed = (run.config or {}).get("population", {}).get("seed_instruction")
+    rows = []
+    for i in living:
+        reference = i.parent.text if i.parent else (seed if seed != i.text else None)
+        differs = words_that_differ(i.text, reference)
+        rows.append(
+            {"id": i.key, "text": i.text, "origin": i.origin, "author": i.author, "pinned": i.key in pinned}
+            | {"differs": differs, "from": "its parent" if i.parent else ("the seed" if reference else None)}
+        )
+    return rows
 
 
 # -- population diversity and its collapse alarms -------------------------------------------------------------------
