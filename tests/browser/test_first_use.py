@@ -34,12 +34,12 @@ def test_the_new_run_form_shows_the_chosen_presets_values(browser, live_server, 
     page.wait_for_selector("#app[data-ready=true]")
     summary = page.get_by_test_id("preset-summary")
     total_steps = summary.locator('dd[data-field="total_steps"]')
-    assert page.input_value("select[name=preset]") == "smoke"
-    assert total_steps.inner_text() == presets["smoke"]["total_steps"] == "4"
-    assert page.get_attribute("input[name=total_steps]", "placeholder") == "4"
+    assert page.input_value("select[name=preset]") == "quick"  # the default: a first run that shows learning
+    assert total_steps.inner_text() == presets["quick"]["total_steps"] == "12"
+    assert page.get_attribute("input[name=total_steps]", "placeholder") == "12"
 
     page.select_option("select[name=preset]", "paper")
-    assert total_steps.inner_text() == presets["paper"]["total_steps"] != "4"
+    assert total_steps.inner_text() == presets["paper"]["total_steps"] != "12"
     assert summary.locator('dd[data-field="lr"]').inner_text() == presets["paper"]["lr"]
     assert page.get_attribute("input[name=total_steps]", "placeholder") == presets["paper"]["total_steps"]
     keep_mode = page.locator('select[name=mode] option[value=""]')

@@ -119,6 +119,17 @@ def test_the_smoke_preset_prunes_evolves_and_checkpoints_within_its_steps():
     assert 0 < config.checkpoint.checkpoint_every <= steps
 
 
+def test_the_quick_preset_is_the_cpu_demo_made_smaller_and_evolves_within_its_steps():
+    quick, demo = preset("quick"), preset("cpu-demo")
+    assert (
+        quick.grpo.total_steps * quick.grpo.group_size * quick.grpo.batch_size
+        < (demo.grpo.total_steps * demo.grpo.group_size * demo.grpo.batch_size) / 5
+    )
+    assert quick.env == demo.env and quick.population.initial_instructions == demo.population.initial_instructions
+    assert quick.evolution_steps() and max(quick.evolution_steps()) < quick.grpo.total_steps
+    assert 0 < quick.eval.eval_samples <= 32
+
+
 def test_an_unknown_preset_names_the_choices():
     with pytest.raises(ConfigError, match="paper"):
         preset("huge")

@@ -112,7 +112,7 @@ class RunForm(ConfigFormMixin):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     name = forms.CharField(max_length=200)
     tags = forms.CharField(required=False, help_text="Comma-separated.")
-    preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="smoke")
+    preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="quick")
     seed = forms.IntegerField(required=False)
     mode = forms.ChoiceField(required=False, choices=_choices("online", "static", "pre", "post"))
     total_steps = forms.IntegerField(required=False, label="Total steps (T)")

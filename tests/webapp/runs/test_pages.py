@@ -217,11 +217,11 @@ def preset_summary(html: str) -> dict[str, str]:
 def test_the_form_shows_the_chosen_presets_values(browser, alice_team):
     html = browser.get(reverse("runs:new")).content.decode()
     shown = preset_summary(html)
-    assert shown["total_steps"] == "4" and shown["group_size"] == "2" and shown["backend"] == "torch"
+    assert shown["total_steps"] == "12" and shown["group_size"] == "4" and shown["backend"] == "torch"  # quick
     assert shown["lr"] == "1e-05" and shown["optimizer_endpoint"] == "—"
     assert 'data-page="new"' in html
     presets = json.loads(unescape(re.search(r'data-presets="([^"]*)"', html).group(1)))
-    assert set(presets) == {"paper", "cpu-demo", "smoke"}
+    assert set(presets) == {"paper", "cpu-demo", "quick", "smoke"}
     assert presets["smoke"]["total_steps"] == "4" and presets["paper"]["total_steps"] != "4"
     assert presets["smoke"]["optimizer_endpoint"] is None
 
