@@ -221,7 +221,7 @@ def logprob_agreement(base: Any, tokenizer: Any, samples: list[Any], device: Any
         theirs = rows_on(device, compute)
         gap = (theirs - reference).abs()
         value = f"max {gap.max():.2e}, mean {gap.mean():.2e} over {gap.numel()} tokens"
-        out.append({"check": f"tiny log-probs, {device.type} {label} vs cpu float32: |Δ log p|", "value": value})
+        out.append({"check": f"tiny log-probs, {device.type} {label} vs cpu float32: abs Δ log p", "value": value})
         print(out[-1], "first 4:", theirs[:4].tolist(), "cpu:", reference[:4].tolist(), flush=True)
     return out
 
@@ -373,6 +373,7 @@ def run_section(args: argparse.Namespace, name: str, cap: float, log: Any) -> li
     log.flush()
     if result.is_file():
         rows: list[dict[str, Any]] = json.loads(result.read_text())
+        result.unlink()
         return rows
     return [{"shape" if name in SHAPES else "check": name, "error": "no result (see gpu.log)"}]
 
