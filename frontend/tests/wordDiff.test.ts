@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { tokenize, wordDiff } from "../src/transforms/wordDiff";
+import { tokenize, wordDiff, wordsThatDiffer } from "../src/transforms/wordDiff";
 
 const side = (parts: ReturnType<typeof wordDiff>, keep: "added" | "removed") =>
   parts
@@ -52,5 +52,18 @@ describe("wordDiff", () => {
 
   it("does not count re-wrapped white space as a change", () => {
     expect(wordDiff("one two\nthree", "one two three").every((p) => p.op === "same")).toBe(true);
+  });
+});
+
+describe("wordsThatDiffer", () => {
+  it("starts where the text stops repeating its parent, keeping one shared word", () => {
+    expect(
+      wordsThatDiffer("Search first. Then answer with the exact name.", "Search first. Then answer briefly."),
+    ).toBe("… answer with the exact name.");
+  });
+
+  it("shows a root's opening words and cuts long ends", () => {
+    expect(wordsThatDiffer("a b c d", null, 2)).toBe("a b …");
+    expect(wordsThatDiffer("a  b", "a b")).toBe("(same text)");
   });
 });

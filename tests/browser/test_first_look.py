@@ -157,3 +157,19 @@ def test_the_steering_table_shows_each_instruction_by_what_sets_it_apart(browser
     assert seed_words.split()[:12] == opening.split()[:12]
     row = page.locator('[data-testid="steer-instructions"] tr[data-instruction="ins-0001"]').inner_text()
     assert "reflection" in row and "what differs from its parent" in row
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lineage_list_shows_each_instruction_by_what_sets_it_apart(browser, live_server, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, step=2, total_steps=2)
+    opening = run.config["population"]["seed_instruction"]
+    seed = InstructionFactory(run=run, key="ins-0000", text=opening)
+    InstructionFactory(run=run, key="ins-0001", origin="reflection", parent=seed, text=f"{opening} Check the dates.")
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/lineage/")
+    page.wait_for_selector("#app[data-ready=true]")
+    child = page.get_by_test_id("lineage-differs-ins-0001").inner_text()
+    assert child == f" · … {opening.split()[-1]} Check the dates."
+    assert page.get_by_test_id("lineage-differs-ins-0000").inner_text().split()[1:4] == opening.split()[:3]
+    pages.assert_no_errors("the lineage page")

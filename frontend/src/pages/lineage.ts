@@ -7,7 +7,7 @@ import { createChart, linePanel, ORIGIN_COLORS, type Chart } from "../charts";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { nodeState } from "../transforms/lineageNodes";
 import { weightHistory } from "../transforms/population";
-import { wordDiff } from "../transforms/wordDiff";
+import { wordDiff, wordsThatDiffer } from "../transforms/wordDiff";
 import type { Lineage, LineageNode, PopulationHistory, Round, Run } from "../types";
 import { LineageGraph } from "./lineageGraph";
 import { renderResponse } from "./response";
@@ -71,8 +71,10 @@ export async function lineagePage(root: HTMLElement, api: Api): Promise<void> {
 }
 
 function renderList(root: HTMLElement, nodes: LineageNode[], bestId: string | null, select: Select): void {
+  const texts = new Map(nodes.map((node) => [node.id, node.text]));
   const items = nodes.map((node) => {
     const state = nodeState(node, bestId);
+    const parentText = node.parent_id === null ? null : (texts.get(node.parent_id) ?? null);
     return h(
       "li",
       { "data-testid": `lineage-node-${node.id}`, class: `state-${state}` },
@@ -91,6 +93,11 @@ function renderList(root: HTMLElement, nodes: LineageNode[], bestId: string | nu
         h("code", { text: node.id }),
         ` ${node.origin} · step ${node.birth_step} · `,
         h("span", { class: `state state-${state}`, text: state }),
+        h("span", {
+          class: "muted differs",
+          "data-testid": `lineage-differs-${node.id}`,
+          text: ` · ${wordsThatDiffer(node.text, parentText)}`,
+        }),
       ),
     );
   });

@@ -83,3 +83,19 @@ function middle(a: string[], b: string[], key: (t: string) => string): DiffPart[
   while (j < m) out.push({ op: "added", text: b[j++] });
   return out;
 }
+
+/**
+ * What sets `text` apart from `reference` (its parent, or nothing for a root), in at most `words` words: the words
+ * from where it stops repeating the reference, with "…" for the shared opening left out and for a cut end. The same
+ * rule as the steering table's (webapp/core/text.py `words_that_differ`).
+ */
+export function wordsThatDiffer(text: string, reference: string | null, words = 10): string {
+  const mine = text.split(/\s+/).filter(Boolean);
+  const theirs = (reference ?? "").split(/\s+/).filter(Boolean);
+  let shared = 0;
+  while (shared < Math.min(mine.length, theirs.length) && mine[shared] === theirs[shared]) shared++;
+  if (shared === mine.length && mine.length === theirs.length) return "(same text)";
+  const start = shared > 0 ? shared - 1 : 0;
+  const shown = mine.slice(start, start + words);
+  return [...(start > 0 ? ["…"] : []), ...shown, ...(start + words < mine.length ? ["…"] : [])].join(" ");
+}
