@@ -44,7 +44,7 @@ class Experiment(models.Model):
         return f"{self.name} ({self.status})"
 
     def spec(self) -> dict[str, Any]:
-        """The experiment as the engine's `experiment_from_dict` reads it."""
+        """The experiment as the engine's `experiment_from_dict` (and the API) take it."""
         return {
             "preset": self.preset,
             "overrides": self.overrides,

@@ -10,7 +10,8 @@ from typing import Any
 from django.db.models import QuerySet
 from django.http import Http404
 
-from inspo_engine.experiments import experiment_from_dict, experiment_results
+from inspo_engine.experiments import EvalSpec, experiment_results
+from inspo_engine.experiments import Experiment as EngineExperiment
 from webapp.accounts.permissions import AnyUser
 from webapp.runs.models import EvaluationAnswer, Run, StepMetric
 
@@ -97,13 +98,26 @@ def _rewards(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
     return dict(rewards)
 
 
+def engine_experiment(experiment: Experiment) -> EngineExperiment:
+    """The engine's experiment as it was validated when it was submitted (not validated again: a preset or a bound
+    that changed since must not hide an experiment's results)."""
+    return EngineExperiment(
+        preset=experiment.preset,
+        overrides=dict(experiment.overrides),
+        arms=experiment.arm_overrides,
+        seeds=[int(seed) for seed in experiment.seeds],
+        evaluation=EvalSpec(**experiment.evaluation),
+        baseline=experiment.baseline,
+    )
+
+
 def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
     """Everything the experiment's page and its API answer show: its state and its runs, and the engine's table and
     verdicts over the seeds that finished (it lists the missing ones); reward curves include running seeds."""
     runs = experiment_runs(experiment=experiment)
     finished = [run for run in runs if run.status == Run.Status.FINISHED]
     em, f1 = _answers(finished)
-    results = experiment_results(experiment_from_dict(experiment.spec()), em, _rewards(runs), f1_by_arm=f1)
+    results = experiment_results(engine_experiment(experiment), em, _rewards(runs), f1_by_arm=f1)
     return {
         "experiment": experiment,
         "state": experiment_state(experiment=experiment, runs=runs),
