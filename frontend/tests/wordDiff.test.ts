@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { tokenize, wordDiff, wordsThatDiffer } from "../src/transforms/wordDiff";
+import { sharedOpening, tokenize, wordDiff, wordsThatDiffer } from "../src/transforms/wordDiff";
 
 const side = (parts: ReturnType<typeof wordDiff>, keep: "added" | "removed") =>
   parts
@@ -65,5 +65,15 @@ describe("wordsThatDiffer", () => {
   it("shows a root's opening words and cuts long ends", () => {
     expect(wordsThatDiffer("a b c d", null, 2)).toBe("a b …");
     expect(wordsThatDiffer("a  b", "a b")).toBe("(same text)");
+  });
+});
+
+describe("sharedOpening", () => {
+  it("is the words every text opens with", () => {
+    expect(sharedOpening(["Search first. Then answer.", "Search first. Check the dates.", "Search first."])).toBe(
+      "Search first.",
+    );
+    expect(sharedOpening(["a b", "c d"])).toBe("");
+    expect(sharedOpening(["only one"])).toBe("");
   });
 });

@@ -5,6 +5,7 @@
 import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { cellGrid, costLine, emColour, lightText } from "../transforms/heatmap";
+import { sharedOpening, wordsThatDiffer } from "../transforms/wordDiff";
 import type { Heatmap, HeatmapAnswer, HeatmapCell, HeatmapCellDetail } from "../types";
 import { renderResponse } from "./response";
 
@@ -81,6 +82,7 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
     h("th", { scope: "col", text: "Instruction \\ checkpoint" }),
     ...heatmap.columns.map((column) => h("th", { scope: "col", class: "num", text: `step ${column.step}` })),
   );
+  const opening = sharedOpening(heatmap.rows.map((row) => row.text));
   const rows = heatmap.rows.map((row, r) =>
     h(
       "tr",
@@ -90,7 +92,11 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
         { scope: "row", title: row.text },
         h("code", { text: row.id }),
         row.retired_step !== null ? h("span", { class: "muted", text: ` pruned at step ${row.retired_step}` }) : null,
-        h("span", { class: "heatmap-text muted", text: snippet(row.text) }),
+        h("span", {
+          class: "heatmap-text muted",
+          "data-testid": `heatmap-row-text-${row.id}`,
+          text: opening ? wordsThatDiffer(row.text, opening, 8) : snippet(row.text),
+        }),
       ),
       ...(grid[r] ?? []).map((cell) => cellTd(heatmap, cell, open)),
     ),
@@ -112,7 +118,8 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
   );
 }
 
-/** The start of an instruction, on one line: enough to tell the rows apart (the whole text is its title). */
+/** The start of an instruction, on one line, when the rows share no opening (the whole text is its title); rows
+ * that share one show the words after it (`wordsThatDiffer`). */
 function snippet(text: string): string {
   const line = text.split(/\s+/).join(" ").trim();
   return line.length > 60 ? `${line.slice(0, 60)}…` : line;

@@ -99,3 +99,13 @@ export function wordsThatDiffer(text: string, reference: string | null, words = 
   const shown = mine.slice(start, start + words);
   return [...(start > 0 ? ["…"] : []), ...shown, ...(start + words < mine.length ? ["…"] : [])].join(" ");
 }
+
+/** The words every one of `texts` opens with (empty for fewer than two texts): rows of instructions that share a
+ * long opening are told apart by what follows it. */
+export function sharedOpening(texts: readonly string[]): string {
+  if (texts.length < 2) return "";
+  const split = texts.map((text) => text.split(/\s+/).filter(Boolean));
+  let shared = 0;
+  while (split.every((words) => shared < words.length && words[shared] === split[0][shared])) shared++;
+  return split[0].slice(0, shared).join(" ");
+}
