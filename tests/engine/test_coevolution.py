@@ -387,7 +387,9 @@ def test_every_evaluation_keeps_each_questions_id_em_f1_and_answer_in_events_and
     from inspo_engine.coevolution import evaluation_file, read_answers
     from inspo_engine.events import EvalCompleted, event_from_dict
 
-    config = RunConfig.from_dict(SMALL).with_overrides({"mode": "static", "total_steps": 4, "evolve_until": 4, "eval.eval_every": 2})
+    config = RunConfig.from_dict(SMALL).with_overrides(
+        {"mode": "static", "total_steps": 4, "evolve_until": 4, "eval.eval_every": 2}
+    )
     sink = ListSink()
     make_loop(config, None, sink, out_dir=tmp_path, eval_sets={"held-out": questions(64)[-10:]}).run()
     evaluations = sink.of(EvalCompleted)

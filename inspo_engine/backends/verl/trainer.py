@@ -98,9 +98,7 @@ class VerlPolicy:
 
     def evaluate(self, instruction: str, questions: Sequence[Question]) -> list[QuestionResult]:
         answers = self._generate(instruction, questions).get("inspo_answer", [None] * len(questions))
-        return [
-            QuestionResult.of(q, None if a is None else str(a)) for q, a in zip(questions, answers, strict=True)
-        ]
+        return [QuestionResult.of(q, None if a is None else str(a)) for q, a in zip(questions, answers, strict=True)]
 
     def _generate(self, instruction: str, questions: Sequence[Question]) -> Fields:
         """One greedy rollout per question through the rollout replicas; returns their per-sample fields."""

@@ -6,54 +6,75 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('accounts', '0003_invitation'),
-        ('experiments', '0001_initial'),
-        ('runs', '0005_population_diversity_and_checkpoint_contents'),
+        ("accounts", "0003_invitation"),
+        ("experiments", "0001_initial"),
+        ("runs", "0005_population_diversity_and_checkpoint_contents"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='EvaluationAnswer',
+            name="EvaluationAnswer",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('question_id', models.CharField(max_length=200)),
-                ('em', models.FloatField()),
-                ('f1', models.FloatField()),
-                ('answer', models.TextField(blank=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("question_id", models.CharField(max_length=200)),
+                ("em", models.FloatField()),
+                ("f1", models.FloatField()),
+                ("answer", models.TextField(blank=True)),
             ],
             options={
-                'ordering': ('evaluation', 'id'),
+                "ordering": ("evaluation", "id"),
             },
         ),
         migrations.AddField(
-            model_name='run',
-            name='arm',
-            field=models.CharField(blank=True, help_text='The experiment arm this run trains (empty: none).', max_length=64),
+            model_name="run",
+            name="arm",
+            field=models.CharField(
+                blank=True, help_text="The experiment arm this run trains (empty: none).", max_length=64
+            ),
         ),
         migrations.AddField(
-            model_name='run',
-            name='experiment',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='experiments.experiment'),
+            model_name="run",
+            name="experiment",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="runs",
+                to="experiments.experiment",
+            ),
         ),
         migrations.AlterField(
-            model_name='run',
-            name='status',
-            field=models.CharField(choices=[('pending', 'Pending'), ('queued', 'Queued'), ('running', 'Running'), ('cancelling', 'Cancelling'), ('finished', 'Finished'), ('cancelled', 'Cancelled'), ('failed', 'Failed')], default='queued', max_length=12),
+            model_name="run",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("cancelling", "Cancelling"),
+                    ("finished", "Finished"),
+                    ("cancelled", "Cancelled"),
+                    ("failed", "Failed"),
+                ],
+                default="queued",
+                max_length=12,
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(fields=['experiment', 'arm', 'seed'], name='run_experiment_arm_seed'),
+            model_name="run",
+            index=models.Index(fields=["experiment", "arm", "seed"], name="run_experiment_arm_seed"),
         ),
         migrations.AddField(
-            model_name='evaluationanswer',
-            name='evaluation',
-            field=models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='answers', to='runs.evaluation'),
+            model_name="evaluationanswer",
+            name="evaluation",
+            field=models.ForeignKey(
+                on_delete=django.db.models.deletion.CASCADE, related_name="answers", to="runs.evaluation"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='evaluationanswer',
-            constraint=models.UniqueConstraint(fields=('evaluation', 'question_id'), name='one_answer_per_question'),
+            model_name="evaluationanswer",
+            constraint=models.UniqueConstraint(fields=("evaluation", "question_id"), name="one_answer_per_question"),
         ),
     ]
