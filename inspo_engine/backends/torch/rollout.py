@@ -272,17 +272,20 @@ class _RowCache(Cache):
         self._cols: torch.Tensor | None = None
         self._width = 0
 
-    def plan(self, select: list[int] | None, positions: torch.Tensor) -> torch.Tensor:
+    def plan(self, select: list[int] | None, positions: torch.Tensor, width: int | None = None) -> torch.Tensor:
         """The next forward feeds rows `select` (None = all) and writes token i of row j at position positions[j, i];
-        returns the attention mask over the rows' own columns (each token sees its row's columns up to its own)."""
+        returns the attention mask over the rows' own columns (each token sees its row's columns up to its own).
+        `width`: the columns that forward reaches, when the caller knows it (`step_width`; read from the device
+        otherwise)."""
         rows = list(range(self.rows)) if select is None else select
-        offsets = torch.tensor([self._offset(row) for row in rows], device=self.device)
+        offsets = _tensor([self._offset(row) for row in rows], self.device)
         cols = positions - offsets[:, None]
-        width = int(cols.max()) + 1
+        if width is None:
+            width = int(cols.max()) + 1
         if width > self.capacity:
             self._grow(width + self.margin)
-        self._select = None if select is None else torch.tensor(select, device=self.device)
-        self._write_rows = torch.tensor(rows, device=self.device)[:, None]
+        self._select = None if select is None else _tensor(select, self.device)
+        self._write_rows = _tensor(rows, self.device)[:, None]
         self._cols = cols
         self._width = width
         self._planned_prefixes = self._prefix_members(rows)
@@ -301,6 +304,10 @@ class _RowCache(Cache):
         if self._select is None:
             return keys[:, :, : self._width], values[:, :, : self._width]
         return keys[self._select, :, : self._width], values[self._select, :, : self._width]
+
+    def step_width(self, lengths: list[int]) -> int:
+        """The columns a forward reaches that writes one token to every row at its position lengths[row]."""
+        return max(length - self._offset(row) for row, length in enumerate(lengths)) + 1
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._width
@@ -330,7 +337,7 @@ class _RowCache(Cache):
 
     def select_rows(self, index: list[int]) -> None:
         """Keep, reorder or repeat rows: row i becomes old row index[i]."""
-        chosen = torch.tensor(index, device=self.device)
+        chosen = _tensor(index, self.device)
         for buffers in (self.keys, self.values):
             for i, buffer in enumerate(buffers):
                 buffers[i] = buffer.index_select(0, chosen)
@@ -483,6 +490,9 @@ class RolloutEngine:
         self.weights = RolloutWeights(model, weights_dtype)
         self.share_prefixes = device.type == "cpu"
         """Whether the cache keeps shared prompt prefixes once (`_RowCache`; its attention needs the CPU kernel)."""
+        self._lagged = device.type == "cuda"
+        """Whether decoding reads each step's tokens back one forward late (`_run_lagged`): on a GPU the host then
+        checks step t for stops while the device already reads its tokens; private, so that a CPU test can run it."""
         self._parts = split_causal_lm(model)
         self._eos = _eos_ids(model, tokenizer)
         pad = tokenizer.pad_token_id
@@ -546,6 +556,9 @@ class RolloutEngine:
     # -- the loop ----------------------------------------------------------------------------------------------
 
     def _run(self, rows: list[_Row], greedy: bool, generator: torch.Generator | None) -> None:
+        if self._lagged and type(self)._next_tokens is RolloutEngine._next_tokens:  # a subclass may script tokens
+            self._run_lagged(rows, greedy, generator)
+            return
         cache, logits = self._prefill(rows)
         active = rows
         record = self.record_logprobs and not greedy
@@ -562,6 +575,34 @@ class RolloutEngine:
                 cache.select_rows(keep)
                 active = [active[i] for i in keep]
             logits = self._step(cache, active)
+        _store_logprobs(recorded)
+
+    def _run_lagged(self, rows: list[_Row], greedy: bool, generator: torch.Generator | None) -> None:
+        """`_run` without waiting for each step's tokens before the next forward: the sampled tokens stay on the device,
+        which reads them into the cache for every active row at once while their copy to the host is checked for
+        stops and turn ends. Rows whose turn ended then read their observation. When rows finished, the others read
+        the step's tokens again without them (overwriting the same cache columns): a forward's numbers depend on the
+        batch it runs in, and this keeps every value bit for bit those of `_run`, at one more forward per step in
+        which rows finish. Sampling waits for the check, so it draws exactly what `_run` draws."""
+        cache, logits = self._prefill(rows)
+        active = rows
+        record = self.record_logprobs and not greedy
+        recorded: list[tuple[list[_Row], list[int], torch.Tensor]] = []
+        while True:
+            chosen = self._choose(logits, active, greedy, generator)
+            if record:
+                recorded.append(_sampled_logprobs(logits, active, chosen))
+            tokens = _HostCopy(chosen)
+            logits = self._feed(cache, active, chosen[:, None])
+            self._advance(active, tokens.read())
+            keep = [i for i, row in enumerate(active) if not row.done]
+            if not keep:
+                break
+            if len(keep) < len(active):  # read the tokens again without the finished rows, as `_run` reads them
+                cache.select_rows(keep)
+                active = [active[i] for i in keep]
+                logits = self._feed(cache, active, chosen.index_select(0, _tensor(keep, self.device))[:, None])
+            logits = self._feed_rest(cache, active, logits)
         _store_logprobs(recorded)
 
     def _prefill(self, rows: list[_Row]) -> tuple[_RowCache, torch.Tensor]:
@@ -598,10 +639,19 @@ class RolloutEngine:
 
     def _step(self, cache: _RowCache, active: list[_Row]) -> torch.Tensor:
         """Feed every row its pending tokens; returns each row's next-token logits."""
-        lengths = [row.length for row in active]
         tokens = torch.tensor([[row.pending[0]] for row in active], device=self.device)
-        positions = torch.tensor(lengths, device=self.device)[:, None]
-        logits = self._forward(cache, None, tokens, positions)
+        return self._feed_rest(cache, active, self._feed(cache, active, tokens))
+
+    def _feed(self, cache: _RowCache, active: list[_Row], tokens: torch.Tensor) -> torch.Tensor:
+        """One forward feeding row j the token tokens[j, 0] at its next position; returns the logits after it (row
+        lengths advance in `_feed_rest`)."""
+        lengths = [row.length for row in active]
+        positions = _tensor(lengths, self.device)[:, None]
+        return self._forward(cache, None, tokens, positions, cache.step_width(lengths))
+
+    def _feed_rest(self, cache: _RowCache, active: list[_Row], logits: torch.Tensor) -> torch.Tensor:
+        """After `_feed`: feed the rows the rest of their pending tokens (an observation or the note); returns every
+        row's next-token logits."""
         for row in active:
             row.length += 1
         extra = [i for i, row in enumerate(active) if len(row.pending) > 1]
@@ -633,11 +683,16 @@ class RolloutEngine:
         return torch.cat(out)
 
     def _forward(
-        self, cache: _RowCache, select: list[int] | None, ids: torch.Tensor, positions: torch.Tensor
+        self,
+        cache: _RowCache,
+        select: list[int] | None,
+        ids: torch.Tensor,
+        positions: torch.Tensor,
+        width: int | None = None,
     ) -> torch.Tensor:
         """One forward pass feeding ids[j, i] at position positions[j, i] to cache row select[j] (None: row j);
-        returns the logits after each row's last input."""
-        mask = cache.plan(select, positions)
+        returns the logits after each row's last input (`width`: see `_RowCache.plan`)."""
+        mask = cache.plan(select, positions, width)
         out = self._parts.decoder(
             input_ids=ids,
             attention_mask=mask,
@@ -655,11 +710,15 @@ class RolloutEngine:
         self, logits: torch.Tensor, rows: list[_Row], greedy: bool, generator: torch.Generator | None
     ) -> list[int]:
         """The next token of every row (`rows` lets a subclass script some rows)."""
+        return [int(token) for token in self._choose(logits, rows, greedy, generator).tolist()]
+
+    def _choose(
+        self, logits: torch.Tensor, rows: list[_Row], greedy: bool, generator: torch.Generator | None
+    ) -> torch.Tensor:
+        """The next token of every row, on the device (`rows` as in `_next_tokens`)."""
         if greedy:
-            chosen = logits.argmax(dim=-1)
-        else:
-            chosen = _sample(logits, self.settings.temperature, self.settings.top_p, generator)
-        return [int(token) for token in chosen.tolist()]
+            return logits.argmax(dim=-1)
+        return _sample(logits, self.settings.temperature, self.settings.top_p, generator)
 
     # -- the protocol ------------------------------------------------------------------------------------------
 
@@ -815,11 +874,11 @@ def _sample(logits: torch.Tensor, temperature: float, top_p: float, generator: t
 
 
 def _sampled_logprobs(
-    logits: torch.Tensor, rows: list[_Row], tokens: list[int]
+    logits: torch.Tensor, rows: list[_Row], tokens: list[int] | torch.Tensor
 ) -> tuple[list[_Row], list[int], torch.Tensor]:
     """(rows, where each row's token goes in its response, log softmax(logits)[token]) of one decoding step; the
     values stay on the device until `_store_logprobs` reads them all at once."""
-    chosen = torch.tensor(tokens, device=logits.device)[:, None]
+    chosen = (tokens if isinstance(tokens, torch.Tensor) else torch.tensor(tokens, device=logits.device))[:, None]
     picked = (logits.gather(1, chosen) - torch.logsumexp(logits, dim=-1, keepdim=True)).squeeze(1)
     return list(rows), [len(row.response_ids) for row in rows], picked
 
@@ -834,6 +893,33 @@ def _store_logprobs(recorded: list[tuple[list[_Row], list[int], torch.Tensor]]) 
             if row.rollout_logprobs is None:
                 row.rollout_logprobs = [0.0] * len(row.response_ids)
             row.rollout_logprobs[position] = next(values)
+
+
+def _tensor(values: list[int], device: torch.device) -> torch.Tensor:
+    """`values` on `device`; to a GPU through pinned memory without waiting (a plain copy waits for the stream)."""
+    if device.type != "cuda":
+        return torch.tensor(values, device=device)
+    return torch.tensor(values, pin_memory=True).to(device, non_blocking=True)
+
+
+class _HostCopy:
+    """Integers on the device copied to the host without blocking; `read` waits for that copy only (on a GPU, an
+    event recorded right after it), not for the work queued behind it."""
+
+    def __init__(self, values: torch.Tensor) -> None:
+        self._event: torch.cuda.Event | None = None
+        if values.device.type == "cuda":
+            self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+            self._host.copy_(values, non_blocking=True)
+            self._event = torch.cuda.Event()  # type: ignore[no-untyped-call]  # untyped in torch
+            self._event.record()
+        else:
+            self._host = values
+
+    def read(self) -> list[int]:
+        if self._event is not None:
+            self._event.synchronize()
+        return [int(value) for value in self._host.tolist()]
 
 
 def _last_rise(cdf: torch.Tensor) -> torch.Tensor:
