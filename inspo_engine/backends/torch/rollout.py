@@ -25,6 +25,8 @@ How a batch runs:
   while `generate` runs: grouped-query attention over the cache without repeating the key/value heads. The output
   head runs on each row's last hidden state only.
 - Tokens are drawn by `_sample`: one uniform number per row, inverse CDF in two levels (blocks, then a token).
+- On a GPU decoding never waits for the device per token (`_run_lagged`): each step's tokens are read into the cache
+  on the device while their copy to the host is checked for stops, one forward behind, with the same results.
 - Rollouts read `RolloutWeights`: the policy itself (default), or a copy in another dtype refreshed from the policy
   whenever its weights changed (`backend.rollout_dtype`); a bfloat16 copy on a CPU with AMX or AVX512-BF16 keeps
   its linear layers packed for oneDNN and decodes about twice as fast as float32.
