@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 from django import forms
 
-from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, field_value
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, Mode, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
@@ -114,7 +114,7 @@ class RunForm(ConfigFormMixin):
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="quick")
     seed = forms.IntegerField(required=False)
-    mode = forms.ChoiceField(required=False, choices=_choices("online", "static", "pre", "post"))
+    mode = forms.ChoiceField(required=False, choices=_choices(*get_args(Mode)))
     total_steps = forms.IntegerField(required=False, label="Total steps (T)")
     group_size = forms.IntegerField(required=False, label="Group size (G)")
     batch_size = forms.IntegerField(required=False)
