@@ -69,13 +69,14 @@ class Served:
         return [root, *root.children(recursive=True)]
 
     def wait_up(self) -> list[psutil.Process]:
-        """Until gunicorn answers, the cpu worker said ready (the ops worker logs warnings only) and every process
-        has started; then every process of the tree."""
+        """Until the login box is printed (gunicorn answers and both workers have started their pools: what a user
+        sees as "up"), the cpu worker said ready and every process has started; then every process of the tree.
+        A signal sent before the box reaches a Celery worker still starting, which logs its warm shutdown twice."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             assert self.make.poll() is None, f"make exited with {self.make.returncode}:\n{self.text()[-4000:]}"
             text = self.text()
-            if "cpu@" in text and " ready." in text and answers(self.port):
+            if "INSPO is running at" in text and "cpu@" in text and " ready." in text and answers(self.port):
                 tree = self.tree()
                 if len(tree) >= PROCESSES:
                     self.seen = tuple(tree)

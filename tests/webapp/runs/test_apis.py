@@ -179,7 +179,7 @@ def test_evaluate_a_checkpoint_of_another_run_is_404(alice, alice_team, api):
 
 def test_presets_and_teams(alice, api):
     client = api(alice)
-    assert set(client.get("/api/v1/presets/").json()) == {"paper", "cpu-demo", "smoke"}
+    assert set(client.get("/api/v1/presets/").json()) == {"paper", "cpu-demo", "quick", "smoke"}
     assert client.get("/api/v1/teams/").json() == [{"slug": "alices", "name": "Alice's team", "role": "owner"}]
 
 
