@@ -14,8 +14,8 @@ from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.celery_worker import REPO
 from tests.workers import conftest as worker_fixtures
-from tests.workers.test_heatmap import tiny_run
-from webapp.runs.models import Heatmap
+from tests.workers.test_heatmap import SEED, tiny_run
+from webapp.runs.models import Heatmap, Instruction
 from workers.heatmap import heatmap_execute
 
 browser = e2e.browser  # the chromium fixture
@@ -48,6 +48,8 @@ def test_a_member_prices_starts_and_reads_a_heatmap_on_the_run_page(
     settings.INSPO_CACHE_DIR = REPO / "cache"
     settings.INSPO_HEATMAP_MAX_ANSWERS = 1000
     run = tiny_run(alice_team, alice, tiny_data_dir)
+    # A child that only appends to its parent: both rows open with the same words, so each is shown by what follows.
+    Instruction.objects.filter(run=run, key="ins-0001").update(text=f"{SEED} Reply with the answer only.")
 
     pages = signed_in(browser, live_server, alice)
     page = pages.page
@@ -83,6 +85,9 @@ def test_a_member_prices_starts_and_reads_a_heatmap_on_the_run_page(
     worker.join()
     heatmap.refresh_from_db()
     assert heatmap.status == Heatmap.Status.FINISHED, heatmap.error
+    child = page.get_by_test_id("heatmap-row-text-ins-0001").inner_text()
+    assert "Reply with the answer only" in child, child
+    assert page.get_by_test_id("heatmap-row-text-ins-0000").inner_text() != child
     done = page.locator('[data-testid="heatmap-cell"][data-done]')
     assert done.count() == 4
     em = heatmap.cells.get(instruction__key="ins-0001", checkpoint__step=4).em
