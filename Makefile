@@ -39,7 +39,7 @@ format: install
 
 # Vitest for the dashboards' data transforms, then the Python suite (which drives the built pages in chromium).
 test: lint frontend-test frontend browser docs
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 
 # The documentation site (mkdocs-material) into site/; --strict turns a broken link or a missing page into a failure.
 docs: install
