@@ -106,15 +106,6 @@ def config_total_steps(config: RunConfig) -> int:
     return sum(phase.steps for phase in phases_for(config))
 
 
-def config_validate(data: Mapping[str, Any], *, team: Team) -> RunConfig:
-    """The engine's validation, plus the platform's rules (see `config_admit`)."""
-    try:
-        config = RunConfig.from_dict(copy.deepcopy(dict(data)))
-    except ConfigError as error:
-        raise config_errors(error) from error
-    return config_admit(config, team=team)
-
-
 def config_admit(config: RunConfig, *, team: Team) -> RunConfig:
     """The platform's rules for an engine-valid config that becomes a run of `team`, the same for a submission and
     an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path), and
