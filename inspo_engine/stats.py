@@ -333,8 +333,9 @@ def seeds_needed(comparison: Comparison, difference: float, *, power: float = 0.
     """Rough count of seeds (same questions) whose interval would exclude 0 with probability `power` when the true
     difference is `difference`, at the per-seed and shared-question variance `comparison` observed.
 
-    None when it cannot be said or done: one seed shows no seed variance, or the questions alone (which more seeds
-    do not shrink) already hide the difference — then more questions are needed, not more seeds.
+    None when it cannot be said or done: one seed shows no seed variance; every paired difference was the same
+    (no variance was observed, so none can be extrapolated); or the questions alone (which more seeds do not
+    shrink) already hide the difference — then more questions are needed, not more seeds.
 
     >>> c = Comparison("inspo", "static", 0.0, -0.1, 0.1, 0.95, 3, 200, {}, SEEDS_T, seed_part=0.01 / 3)
     >>> seeds_needed(c, 0.05)  # per-seed SD 0.1: about 8·(0.1/0.05)² ≈ 32, a little more for t
@@ -350,6 +351,8 @@ def seeds_needed(comparison: Comparison, difference: float, *, power: float = 0.
     if per_seed_variance == 0.0 and comparison.question_part == 0.0:
         half = (comparison.high - comparison.low) / 2
         per_seed_variance = comparison.seeds * (half / t_quantile(0.5 + level / 2, comparison.seeds - 1)) ** 2
+    if per_seed_variance == 0.0 and comparison.question_part == 0.0:
+        return None
     p, z_level, z_power = 0.5 + level / 2, normal_quantile(0.5 + level / 2), normal_quantile(power)
     question_part = comparison.question_part
 

@@ -192,6 +192,13 @@ def test_seeds_needed_is_none_with_one_seed_or_when_shared_questions_alone_hide_
         seeds_needed(comparison_with(0.05), 0.0)
 
 
+def test_seeds_needed_is_none_when_every_paired_difference_was_the_same() -> None:
+    same = {s: {"a": 1.0, "b": 0.0, "c": 0.0} for s in range(3)}
+    identical = compare("inspo", same, "static", same)
+    assert (identical.low, identical.high) == (0.0, 0.0)
+    assert seeds_needed(identical, 0.05) is None  # no variance observed: nothing to extrapolate, not "2 seeds"
+
+
 def test_the_seeds_needed_give_about_the_power_asked_for_in_simulation() -> None:
     per_seed_sd, difference = 0.03, 0.02
     n = seeds_needed(comparison_with(per_seed_sd), difference)
