@@ -64,6 +64,13 @@ def test_a_failed_run_leaves_the_table_over_the_finished_seeds_saying_which_are_
     assert 'data-testid="missing"' in page and "inspo seed 1" in page and "boom" in page
 
 
+def test_each_run_page_links_back_to_its_experiment_with_its_arm_and_seed(client, alice, experiment):
+    client.force_login(alice)
+    run = experiment.runs.get(arm="inspo", seed=1)
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert f'href="/experiments/{experiment.pk}/"' in page and "arm <code>inspo</code>, seed 1" in page
+
+
 def test_the_list_and_nav_lead_to_the_experiment(client, alice, experiment):
     client.force_login(alice)
     page = client.get("/experiments/").content.decode()
