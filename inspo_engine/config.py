@@ -416,6 +416,9 @@ class TrackingConfig:
     wandb_secret: str | None = None
     """Name of the team's stored W&B API key (platform only). Without a key W&B runs offline and writes its run
     directory under the run directory, `wandb/`."""
+    mlflow_secret: str | None = None
+    """Name of the team's stored MLflow token (platform only), sent as the bearer token to `mlflow_uri` and nowhere
+    else; it needs `mlflow_uri`."""
 
 
 @dataclass
@@ -737,8 +740,12 @@ def _check_tracking(tracking: TrackingConfig) -> list[FieldError]:
     uri = tracking.mlflow_uri
     if uri is not None and not re.match(r"^https?://[^\s/]+", uri):
         errors.append(FieldError("tracking.mlflow_uri", "must be an http(s) URL; leave it empty for mlruns/"))
-    if tracking.wandb_secret is not None and not _NAME.match(tracking.wandb_secret):
-        errors.append(FieldError("tracking.wandb_secret", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
+    for name in ("wandb_secret", "mlflow_secret"):
+        value = getattr(tracking, name)
+        if value is not None and not _NAME.match(value):
+            errors.append(FieldError(f"tracking.{name}", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
+    if tracking.mlflow_secret is not None and uri is None:
+        errors.append(FieldError("tracking.mlflow_secret", "a token goes only to a server: set tracking.mlflow_uri"))
     return errors
 
 
