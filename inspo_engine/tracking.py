@@ -248,16 +248,40 @@ class TensorBoardTracker:
         self.writer.close()
 
 
+@contextlib.contextmanager
+def _environment(name: str, value: str | None) -> Iterator[None]:
+    """`name` set to `value` for the block only (nothing when `value` is None), then what it was before."""
+    if value is None:
+        yield
+        return
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
+
+
 class MlflowTracker:
     """One MLflow run in experiment `project`: metrics by step, parameters, texts and artifacts as files. `uri`
     None: a file store in the run directory's `mlruns/` (which MLflow 3 keeps only with MLFLOW_ALLOW_FILE_STORE
-    set, so this sets it when unset)."""
+    set, so this sets it when unset).
+
+    `token` is the server's bearer token. MLflow's client reads credentials only from the environment, at each
+    request, so the token is there only while this tracker's own requests are made (`_environment`): a later run
+    in the same worker process never sends it."""
 
     name = "mlflow"
 
-    def __init__(self, uri: str | None, run_dir: Path, *, project: str, run_name: str) -> None:
+    def __init__(
+        self, uri: str | None, run_dir: Path, *, project: str, run_name: str, token: str | None = None
+    ) -> None:
         from mlflow.tracking import MlflowClient
 
+        self.token = token
         if uri is None:
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
             uri = (run_dir / MLFLOW_DIR).resolve().as_uri()
@@ -277,6 +301,10 @@ class MlflowTracker:
         return self.run_id
 
     def send(self, record: Record) -> None:
+        with _environment("MLFLOW_TRACKING_TOKEN", self.token):
+            self._send(record)
+
+    def _send(self, record: Record) -> None:
         from mlflow.entities import Metric, Param
 
         run_id = self._run()
@@ -373,13 +401,16 @@ class TrackingSink:
         run_name: str,
         warn: EventSink | None = None,
         wandb_key: str | None = None,
+        mlflow_token: str | None = None,
         trackers: dict[str, Callable[[], Tracker]] | None = None,
     ) -> None:
         """`trackers` replaces the built-in constructors by name (a test's failing tracker)."""
         tracking = config.tracking
         makers: dict[str, Callable[[], Tracker]] = {
             "tensorboard": lambda: TensorBoardTracker(run_dir / TENSORBOARD_DIR),
-            "mlflow": lambda: MlflowTracker(tracking.mlflow_uri, run_dir, project=tracking.project, run_name=run_name),
+            "mlflow": lambda: MlflowTracker(
+                tracking.mlflow_uri, run_dir, project=tracking.project, run_name=run_name, token=mlflow_token
+            ),
             "wandb": lambda: WandbTracker(run_dir, project=tracking.project, run_name=run_name, api_key=wandb_key),
         }
         makers.update(trackers or {})

@@ -20,7 +20,7 @@ from inspo_engine.config import RunConfig
 from inspo_engine.tracking import TrackingSink
 from webapp.runs import lifecycle
 from webapp.runs.configs import config_confine
-from webapp.runs.endpoints import RunAccess, run_access, tracking_key
+from webapp.runs.endpoints import RunAccess, run_access, tracking_key, tracking_token
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 from webapp.runs.recorder import DatabaseSink
@@ -144,11 +144,14 @@ def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, back
 
 def _trackers(run: Run, config: RunConfig, warn: ev.EventSink) -> list[TrackingSink]:
     """The run's experiment trackers (docs/tracking.md), writing into its run directory; a failing one warns through
-    `warn` (a note on the run) and never fails the run. W&B gets the team's stored key when the run names one."""
+    `warn` (a note on the run) and never fails the run. W&B and MLflow get the team's stored key and token when the
+    run names them."""
     if not config.tracking.backends:
         return []
-    key = tracking_key(config, run.team)
-    return [TrackingSink(config, run_out_dir(run), run_name=f"run-{run.pk}", warn=warn, wandb_key=key)]
+    key, token = tracking_key(config, run.team), tracking_token(config, run.team)
+    return [
+        TrackingSink(config, run_out_dir(run), run_name=f"run-{run.pk}", warn=warn, wandb_key=key, mlflow_token=token)
+    ]
 
 
 def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:

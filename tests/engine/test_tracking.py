@@ -284,3 +284,80 @@ def test_an_mlflow_server_that_is_down_warns_at_each_step_and_the_run_goes_on(tm
     failed = warnings.of(TrackerFailed)
     assert [w.step for w in failed] == [0, 1, 2, 2]  # the first event, each step, the end
     assert all(w.tracker == "mlflow" for w in failed) and time.monotonic() - started < 120
+
+
+class _MlflowServer:
+    """MLflow's REST API as its server speaks it (`/api/2.0/mlflow/…` JSON, `mlflow-artifacts` uploads), recording
+    each request's path and Authorization header; mlflow-skinny has no server of its own to run here."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[tuple[str, str, str | None]] = []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _answer(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                server.requests.append((self.command, self.path, self.headers.get("Authorization")))
+                status, body = server.reply(self.path)
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = _answer
+
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.uri = f"http://127.0.0.1:{self.http.server_address[1]}"
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def reply(path: str) -> tuple[int, dict]:
+        run = {
+            "info": {
+                "run_id": "r1", "run_uuid": "r1", "experiment_id": "1", "run_name": "run-1", "status": "RUNNING",
+                "start_time": 0, "artifact_uri": "mlflow-artifacts:/1/r1/artifacts", "lifecycle_stage": "active",
+            },
+            "data": {},
+        }  # fmt: skip
+        if "experiments/get-by-name" in path:
+            return 404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "no experiment"}
+        if "experiments/create" in path:
+            return 200, {"experiment_id": "1"}
+        if "runs/create" in path or "runs/get" in path:
+            return 200, {"run": run}
+        return 200, {}
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+def test_an_mlflow_token_reaches_the_server_on_every_request_and_leaves_no_trace_in_the_environment(tmp_path):
+    import os
+
+    server = _MlflowServer()
+    try:
+        warnings = _run(_config("mlflow", mlflow_uri=server.uri), tmp_path, mlflow_token="s3cret")
+    finally:
+        server.close()
+    assert warnings.of(TrackerFailed) == []
+    paths = [path for _, path, _ in server.requests]
+    assert any("runs/log-batch" in p for p in paths) and any("mlflow-artifacts" in p for p in paths)
+    assert {auth for _, _, auth in server.requests} == {"Bearer s3cret"}
+    assert "MLFLOW_TRACKING_TOKEN" not in os.environ
+
+
+def test_an_mlflow_secret_needs_the_server_it_goes_to():
+    with pytest.raises(ConfigError) as error:
+        RunConfig.from_dict({"tracking": {"mlflow_secret": "token"}})
+    assert [e.field for e in error.value.errors] == ["tracking.mlflow_secret"]
+    assert RunConfig.from_dict({"tracking": {"mlflow_secret": "token", "mlflow_uri": "https://m.example"}})

@@ -144,19 +144,27 @@ def config_access_check(config: RunConfig, *, team: Team) -> RunConfig:
 
 
 def tracking_errors(config: RunConfig, team: Team) -> Errors:
-    """The trackers a run names: their packages installed here, and the team's stored W&B key when it names one."""
+    """The trackers a run names: their packages installed here, and the team's stored W&B key and MLflow token
+    when it names them."""
     errors: Errors = {}
     for error in package_errors(config.tracking):
         errors.setdefault(error.field, []).append(error.message)
-    name = config.tracking.wandb_secret
-    if name and not TeamSecret.objects.filter(team=team, name=name).exists():
-        errors["tracking.wandb_secret"] = [f"your team has no stored key named {name!r}"]
+    for field in ("wandb_secret", "mlflow_secret"):
+        name = getattr(config.tracking, field)
+        if name and not TeamSecret.objects.filter(team=team, name=name).exists():
+            errors[f"tracking.{field}"] = [f"your team has no stored key named {name!r}"]
     return errors
 
 
 def tracking_key(config: RunConfig, team: Team) -> str | None:
     """The W&B key the run's tracker sends (None: W&B runs offline)."""
     name = config.tracking.wandb_secret
+    return team_secret_value(team=team, name=name) if name else None
+
+
+def tracking_token(config: RunConfig, team: Team) -> str | None:
+    """The MLflow token the run's tracker sends to `tracking.mlflow_uri`, and only there (None: no token)."""
+    name = config.tracking.mlflow_secret
     return team_secret_value(team=team, name=name) if name else None
 
 

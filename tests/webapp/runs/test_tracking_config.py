@@ -56,3 +56,39 @@ def test_a_tracker_whose_package_is_missing_is_a_400_naming_the_package(alice, a
     response = create(api(alice), backends=["wandb"])
     assert response.status_code == 400
     assert "wandb" in response.json()["config"]["tracking.backends"][0]
+
+
+def test_a_teams_mlflow_token_goes_to_the_runs_mlflow_tracker_and_never_into_its_config(
+    alice, alice_team, api, settings, httpserver
+):
+    from inspo_engine.config import RunConfig
+    from inspo_engine.events import ListSink
+    from workers.training import _trackers
+
+    settings.INSPO_ALLOW_PRIVATE_HOSTS = [f"localhost:{httpserver.port}"]  # a self-hosted server the operator allows
+    uri = f"http://localhost:{httpserver.port}"
+    team_secret_set(team=alice_team, user=alice, name="mlflow-token", value="ml-token-of-alice")
+    response = create(api(alice), backends=["mlflow"], mlflow_uri=uri, mlflow_secret="mlflow-token")
+    assert response.status_code == 201, response.json()
+    run = Run.objects.get()
+    assert "ml-token-of-alice" not in response.content.decode() and "ml-token-of-alice" not in str(run.config)
+    (sink,) = _trackers(run, RunConfig.from_dict(run.config), ListSink())
+    (slot,) = sink.slots
+    tracker = slot.start()
+    assert (tracker.name, tracker.uri, tracker.token) == ("mlflow", uri, "ml-token-of-alice")
+
+
+def test_another_teams_mlflow_token_cannot_be_named(alice, alice_team, bob, api, settings):
+    settings.INSPO_ALLOWED_URL_HOSTS = ["mlflow.example.com"]
+    team_secret_set(team=alice_team, user=alice, name="mlflow-token", value="ml-token-of-alice")
+    response = create(
+        api(bob), backends=["mlflow"], mlflow_uri="https://mlflow.example.com", mlflow_secret="mlflow-token"
+    )
+    assert response.status_code == 400
+    assert "no stored key named" in response.json()["config"]["tracking.mlflow_secret"][0]
+
+
+def test_an_mlflow_token_without_its_server_is_a_400_naming_the_field(alice, alice_team, api):
+    team_secret_set(team=alice_team, user=alice, name="mlflow-token", value="ml-token-of-alice")
+    response = create(api(alice), backends=["mlflow"], mlflow_secret="mlflow-token")
+    assert response.status_code == 400 and "tracking.mlflow_secret" in response.json()["config"]
