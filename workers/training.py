@@ -154,6 +154,16 @@ def _trackers(run: Run, config: RunConfig, warn: ev.EventSink) -> list[TrackingS
     ]
 
 
+def _tracker_secrets(run: Run, config: RunConfig) -> dict[str, str]:
+    """The W&B key and MLflow token the run names, as verl's own tracker adapters read them in the job."""
+    backends, secrets = config.tracking.backends, {}
+    if "wandb" in backends:
+        secrets["WANDB_API_KEY"] = tracking_key(config, run.team)
+    if "mlflow" in backends:
+        secrets["MLFLOW_TRACKING_TOKEN"] = tracking_token(config, run.team)
+    return {name: value for name, value in secrets.items() if value}
+
+
 def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
     """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink. An
     attempt that lost the run terminates the job without asking it for a checkpoint, and a worker that ends its
@@ -182,6 +192,7 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
             retriever_policy=access.retriever_policy,
             on_start=started,
             on_poll=relay.sync,
+            tracker_secrets=_tracker_secrets(run, access.config),
         )
     finally:
         database.flush()

@@ -108,6 +108,7 @@ def verl_execute(
     retriever_policy: NetPolicy | None = None,
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
     on_poll: Callable[[], None] = lambda: None,
+    tracker_secrets: dict[str, str] | None = None,
 ) -> Outcome:
     """Run the job to its end, forwarding its events to `sink`. A stop request writes the stop file: the job
     checkpoints after its current step and finishes as cancelled; one that has not exited `grace_s` later is
@@ -119,7 +120,8 @@ def verl_execute(
     Django secret, no other key). Its optimizer client checks every request against `optimizer_policy` (the
     policy for a base URL the run chose; None: the operator's endpoint), its agent loops' retriever client against
     `retriever_policy`. `on_poll` runs before the job starts and at every poll (the worker relays the run's control
-    requests to the job's control file)."""
+    requests to the job's control file). `tracker_secrets` (WANDB_API_KEY, MLFLOW_TRACKING_TOKEN: the team's own,
+    named by the run) reach the job for verl's own tracker adapters."""
     poll = float(settings.INSPO_VERL_POLL_S if poll_s is None else poll_s)
     grace = float(settings.INSPO_VERL_GRACE_S if grace_s is None else grace_s)
     cluster = Cluster(n_gpus_per_node=settings.INSPO_VERL_GPUS_PER_NODE, nnodes=settings.INSPO_VERL_NNODES)
@@ -133,6 +135,7 @@ def verl_execute(
     )
     tail = EventTail(job.events, job.events.stat().st_size if job.events.exists() else 0)
     env = job_environment(api_key=api_key, extra=tuple(settings.INSPO_VERL_ENV_PASSTHROUGH))
+    env |= tracker_secrets or {}
     on_poll()
     with (out_dir / LOG_FILE).open("ab") as output:
         process = subprocess.Popen(

@@ -198,6 +198,28 @@ def test_the_job_gets_a_minimal_environment_and_only_its_endpoints_key(submit, g
     assert "the-servers-default-key" not in json.dumps(env)
 
 
+def test_the_job_gets_the_teams_mlflow_token_its_run_names_for_verls_own_tracker(
+    submit, alice, alice_team, httpserver, settings, monkeypatch, tmp_path
+):
+    from webapp.accounts.services import team_secret_set
+
+    dump = tmp_path / "job-env.json"
+    monkeypatch.setenv("FAKE_VERL_ENV_DUMP", str(dump))
+    monkeypatch.setenv("WANDB_API_KEY", "a-key-in-the-workers-environment")
+    settings.INSPO_ALLOW_PRIVATE_HOSTS = ["127.0.0.1:9", f"localhost:{httpserver.port}"]
+    team_secret_set(team=alice_team, user=alice, name="mlflow-token", value="ml-token-of-alice")
+    run = submit(
+        **{
+            "tracking.backends": ["mlflow"],
+            "tracking.mlflow_uri": f"http://localhost:{httpserver.port}",
+            "tracking.mlflow_secret": "mlflow-token",
+        }
+    )
+    assert tasks.run_training.apply(args=[str(run.pk)]).get() == "finished"  # the stub answers 500: warnings only
+    env = json.loads(dump.read_text())
+    assert env["MLFLOW_TRACKING_TOKEN"] == "ml-token-of-alice" and "WANDB_API_KEY" not in env
+
+
 def test_a_run_that_may_not_reach_its_retriever_any_more_never_starts_the_job(submit, settings, tmp_path):
     run = submit()
     settings.INSPO_ALLOW_PRIVATE_HOSTS = []  # the operator withdrew the host after submission

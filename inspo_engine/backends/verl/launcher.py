@@ -243,7 +243,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.print:
         print(" ".join(job.argv))
         return 0
-    os.execvpe(job.argv[0], job.argv, job_environment(api_key=api_key_from_env(config.optimizer, os.environ)))
+    env = job_environment(api_key=api_key_from_env(config.optimizer, os.environ))
+    if config.tracking.backends:  # verl's own tracker adapters read the caller's W&B key and MLflow token
+        env |= {name: os.environ[name] for name in ("WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN") if name in os.environ}
+    os.execvpe(job.argv[0], job.argv, env)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import numpy as np
 
 from ...coevolution import CoEvolution, RunResult
 from ...env.protocol import Placement, chat_messages
-from ...events import EvalCompleted
+from ...events import EvalCompleted, TrackerFailed
 from ...population import Instruction, Population
 from ...replay import ReplayBuffer
 from ...types import Question, Trajectory
@@ -222,6 +222,10 @@ class VerlLoop:
         if status == "finished":
             self.run_boundary()
         return self.coevolution.finish(status)
+
+    def tracker_failed(self, tracker: str, error: str) -> None:
+        """TrackerFailed at the current step: one of verl's own tracker adapters failed, and the run goes on."""
+        self.coevolution.sink.emit(TrackerFailed(step=self.step, tracker=tracker, error=error))
 
     def fail(self, error: BaseException) -> None:
         """RunFailed at the current step."""

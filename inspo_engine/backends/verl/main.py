@@ -30,8 +30,9 @@ from ...events import JsonlSink
 from .config import compose
 from .launcher import EVENTS_FILE, OPTIMIZER_POLICY, STOP_FILE, VERL_DIR, job_policy, merge_fsdp_checkpoint
 from .loop import VerlLoop, question_of
+from .tracking import TRACKER_SECRETS, job_tracking_environment
 
-FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE)
+FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE, *TRACKER_SECRETS)
 """Environment variables the TaskRunner actor needs from the job's environment (a joined cluster lacks them)."""
 
 
@@ -123,6 +124,8 @@ class InspoTaskRunner(BaseTaskRunner):
         )
         out_dir = Path(config.inspo.out_dir)
         loop = build_loop(config, trainer, train)
+        tracking = RunConfig.from_json(Path(config.inspo.run_config).read_text(encoding="utf-8")).tracking
+        os.environ.update(job_tracking_environment(tracking, out_dir, wandb_key="WANDB_API_KEY" in os.environ))
         trainer.attach(loop, state=lambda step: checkpoint_state(out_dir, step))
         trainer.init_workers()
         trainer.fit()

@@ -128,8 +128,8 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("trainer.critic_warmup", 0),
         ("trainer.n_gpus_per_node", cluster.n_gpus_per_node),
         ("trainer.nnodes", cluster.nnodes),
-        ("trainer.logger", ["console"]),
-        ("trainer.project_name", "inspo"),
+        ("trainer.logger", ["console", *config.tracking.backends]),  # verl's own metrics (verl/tracking.py)
+        ("trainer.project_name", config.tracking.project),
         ("trainer.experiment_name", experiment),
         ("trainer.resume_mode", "disable"),
         ("+inspo.max_turn_tokens", min(env.max_turn_tokens, config.backend.max_new_tokens)),

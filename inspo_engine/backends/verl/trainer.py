@@ -34,6 +34,7 @@ from ...types import Question, RolloutRequest, Trajectory
 from . import advantage  # noqa: F401  (registers the `inspo_grpo` estimator where verl computes advantages)
 from .loop import Fields, VerlLoop, data_source_counts, object_array, with_instruction
 from .overrides import AGENT_NAME
+from .tracking import fenced_tracking
 
 VERIFY_SOURCE = "inspo_verify"
 """`data_source` of the rows that verification generates."""
@@ -182,7 +183,8 @@ class InspoRayPPOTrainer(RayPPOTrainer):
 
     def fit(self) -> None:
         try:
-            super().fit()
+            with fenced_tracking(self.inspo.tracker_failed):  # verl's own logger, fenced (verl/tracking.py)
+                super().fit()
             status = "finished"
         except RunStopped:
             status = "cancelled"
