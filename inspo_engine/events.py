@@ -300,7 +300,7 @@ class EvalCompleted(Event):
     """The mean token F1 of the same answers, when the evaluation kept them (metric 'em')."""
     answers: list[dict[str, Any]] = field(default_factory=list)
     """Per question, in order: {"question_id", "em", "f1", "answer"}; empty in events written before they were
-    kept, and for evaluations that report only a mean (verl's validation)."""
+    kept, and for a verl validation whose rollouts carried no per-question summary."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ...coevolution import CoEvolution, RunResult
+from ...backends.base import QuestionResult
+from ...coevolution import CoEvolution, RunResult, evaluation_file, write_answers
 from ...env.protocol import Placement, chat_messages
 from ...events import EvalCompleted, TrackerFailed
 from ...population import Instruction, Population
@@ -200,9 +201,35 @@ class VerlLoop:
 
     # -- evaluation and the end ----------------------------------------------------------------------------
 
-    def evaluated(self, step: int, metrics: Mapping[str, Any], counts: Mapping[str, int], instruction_id: str) -> None:
-        """EvalCompleted per benchmark from verl's validation metrics (`val-core/<data_source>/reward/mean@1`)."""
+    def evaluated(
+        self,
+        step: int,
+        metrics: Mapping[str, Any],
+        counts: Mapping[str, int],
+        instruction_id: str,
+        answers: Mapping[str, Sequence[QuestionResult]] | None = None,
+    ) -> None:
+        """EvalCompleted per benchmark. With each question's result (`answers`, by data source) its EM is their
+        mean, with their F1, and they go to the run directory's `evaluations/` as the torch backend's do; without
+        them, verl's validation mean (`val-core/<data_source>/reward/mean@1`)."""
         for benchmark, n in counts.items():
+            results = list((answers or {}).get(benchmark, ()))
+            if results:
+                rows = [result.to_dict() for result in results]
+                if self.coevolution.out_dir is not None:
+                    write_answers(evaluation_file(self.coevolution.out_dir, step, benchmark), rows)
+                event = EvalCompleted(
+                    step=step,
+                    benchmark=benchmark,
+                    metric="em",
+                    value=float(np.mean([r.em for r in results])),
+                    n=len(results),
+                    instruction_id=instruction_id,
+                    f1=float(np.mean([r.f1 for r in results])),
+                    answers=rows,
+                )
+                self.coevolution.sink.emit(event)
+                continue
             key = next((k for k in metrics if k.startswith(f"val-core/{benchmark}/reward/mean@")), None)
             if key is None:
                 continue

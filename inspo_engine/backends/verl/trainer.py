@@ -43,6 +43,32 @@ Merge = Callable[[Path, Path], None]
 """(verl actor checkpoint directory, target Hugging Face directory) → the merged model written there."""
 
 
+class ValidationRecorder:
+    """The rollout manager while verl validates: each question's result (its id, EM, F1 and answer, from the
+    episode's summary) kept by data source, once per question (verl pads a batch with copies of its first rows)."""
+
+    def __init__(self, manager: Any) -> None:
+        self.manager = manager
+        self.results: dict[str, list[QuestionResult]] = {}
+        self._seen: set[tuple[str, str]] = set()
+
+    def generate_sequences(self, batch: DataProto) -> DataProto:
+        output = self.manager.generate_sequences(batch)
+        rows, fields = batch.non_tensor_batch, output.non_tensor_batch
+        for i, info in enumerate(rows["extra_info"]):
+            source, question = str(rows["data_source"][i]), str(info["question_id"])
+            if (source, question) in self._seen:
+                continue
+            self._seen.add((source, question))
+            answer = fields["inspo_answer"][i]
+            result = QuestionResult(question, float(fields["inspo_em"][i]), float(fields["inspo_f1"][i]), answer)
+            self.results.setdefault(source, []).append(result)
+        return output
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.manager, name)
+
+
 class RunStopped(Exception):
     """A stop was requested (cancel or time limit): the trainer saved a checkpoint and ends the run."""
 
@@ -173,12 +199,16 @@ class InspoRayPPOTrainer(RayPPOTrainer):
 
     def _validate(self, merged: bool = False) -> Any:
         self._validating, self._val_counts = True, Counter()
+        manager: Any = self.async_rollout_manager  # type: ignore[has-type]
+        recorder = ValidationRecorder(manager)
+        self.async_rollout_manager = recorder
         try:
             metrics = super()._validate(merged)
         finally:
-            self._validating = False
+            self._validating, self.async_rollout_manager = False, manager
         if isinstance(metrics, dict) and self._val_counts:
-            self.inspo.evaluated(int(self.global_steps), metrics, self._val_counts, self._val_best.id)
+            step = int(self.global_steps)
+            self.inspo.evaluated(step, metrics, self._val_counts, self._val_best.id, answers=recorder.results)
         return metrics
 
     def fit(self) -> None:

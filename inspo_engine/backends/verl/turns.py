@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ...env.protocol import INVALID_ACTION_NOTE, Passage, most_turns, observation, parse_action, rollout_over
-from ...env.rewards import REWARDS, exact_match
+from ...env.rewards import REWARDS, exact_match, f1
 
 CLOSING = "</information>\n\n"
 """Kept at the end of an observation cut to max_obs_tokens, so the model still sees the block close."""
@@ -140,6 +140,7 @@ class Episode:
         return {
             "inspo_reward": self.reward(response_text),
             "inspo_em": exact_match(self.answer, self.golden_answers),
+            "inspo_f1": f1(self.answer, self.golden_answers),
             "inspo_answer": self.answer,
             "inspo_tool_calls": self.tool_calls,
             "inspo_turns": self.turns,

@@ -91,6 +91,7 @@ def test_a_search_then_an_answer_masks_the_passages_and_scores_exact_match(
 
     assert retriever.queries == ["capital of Peru"]
     assert out.reward_score == 1.0 and out.extra_fields["inspo_answer"] == "Lima"
+    assert out.extra_fields["inspo_em"] == out.extra_fields["inspo_f1"] == 1.0
     assert out.extra_fields["inspo_tool_calls"] == 1 and out.extra_fields["inspo_turns"] == 2
     first, second = server.outputs
     assert spans(out.response_mask) == [(1, len(first)), (0, spans(out.response_mask)[1][1]), (1, len(second))]

@@ -23,7 +23,7 @@ from verl import DataProto  # noqa: E402
 from inspo_engine.backends.verl.loop import INSTRUCTION_ID, UnsupportedMode, VerlLoop, object_array  # noqa: E402
 from inspo_engine.backends.verl.main import checkpoint_state  # noqa: E402
 from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
-from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, VerlPolicy  # noqa: E402
+from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, ValidationRecorder, VerlPolicy  # noqa: E402
 from inspo_engine.build import RunInputs, build_run  # noqa: E402
 from inspo_engine.config import RunConfig  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
@@ -80,6 +80,7 @@ class FakeRolloutManager:
                 "responses": torch.zeros((len(batch), 1), dtype=torch.long),
                 "inspo_reward": object_array(rewards),
                 "inspo_em": object_array([float(r == 1.0) for r in rewards]),
+                "inspo_f1": object_array([float(r == 1.0) for r in rewards]),
                 "inspo_answer": object_array(
                     [
                         model["ground_truth"]["target"][0] if r == 1.0 else None
@@ -270,6 +271,39 @@ def test_validation_metrics_become_evaluations_of_the_best_instruction(tmp_path:
     h.loop.evaluated(100, metrics, {"nq": 50, "hotpotqa": 20}, best.id)
     evals = {e.benchmark: e for e in h.sink.of(EvalCompleted)}
     assert evals["nq"].value == 0.42 and evals["nq"].n == 50 and evals["hotpotqa"].instruction_id == best.id
+
+
+def test_validation_keeps_each_questions_result_once_and_the_evaluation_pairs_on_them(tmp_path: Path) -> None:
+    from inspo_engine.backends.verl.loop import data_source_counts
+    from inspo_engine.coevolution import evaluation_file, read_answers
+
+    h = Harness(paper_like(), tmp_path)
+    h.loop.start()
+    batch = h.batch(1)
+    fields = batch.non_tensor_batch
+    fields["data_source"] = object_array(["nq", "nq", "hotpotqa", "nq"][: len(batch)])
+    fields["reward_model"] = object_array(
+        [{"style": "rule", "ground_truth": {"target": info["golden_answers"]}} for info in fields["extra_info"]]
+    )
+    best = h.loop.inject_best(fields)
+    assert instruction_of(fields["raw_prompt"][0]).count("search") >= 4  # the fake's reward 1: the gold answer
+    fields["raw_prompt"][1] = [{"role": "system", "content": "Answer."}, *fields["raw_prompt"][1][1:]]  # reward 0
+    padded = DataProto.concat([batch, batch[:2]])  # verl pads to the workers' divisor with copies of first rows
+    recorder = ValidationRecorder(h.manager)
+    recorder.generate_sequences(padded)
+    ids = [info["question_id"] for info in fields["extra_info"]]
+    assert [r.question_id for r in recorder.results["nq"]] == [ids[0], ids[1], ids[3]]
+    assert [r.question_id for r in recorder.results["hotpotqa"]] == [ids[2]]
+    first = recorder.results["nq"][0]
+    assert (first.em, first.f1, first.answer) == (1.0, 1.0, fields["extra_info"][0]["golden_answers"][0])
+    assert recorder.batches is h.manager.batches  # anything else reaches verl's manager
+
+    h.loop.evaluated(100, {}, data_source_counts(fields), best.id, answers=recorder.results)
+    evals = {e.benchmark: e for e in h.sink.of(EvalCompleted)}
+    assert evals["nq"].value == pytest.approx(2 / 3) and evals["nq"].n == 3 and evals["nq"].f1 == pytest.approx(2 / 3)
+    assert [a["em"] for a in evals["nq"].answers] == [1.0, 0.0, 1.0] and evals["hotpotqa"].value == 1.0
+    assert [a["question_id"] for a in evals["nq"].answers] == [ids[0], ids[1], ids[3]]
+    assert read_answers(evaluation_file(tmp_path, 100, "nq")) == evals["nq"].answers
 
 
 def test_a_stopped_run_finishes_cancelled_with_a_checkpoint(tmp_path: Path) -> None:
