@@ -21,6 +21,7 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
 class TeamAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ("name", "slug", "created_at")
     search_fields = ("name", "slug")
+    readonly_fields = ("tracking_default",)  # checked like a run's tracking: set it from the API or the team page
     inlines = (MembershipInline,)
 
 

@@ -17,6 +17,12 @@ class Team(models.Model):
     name = models.CharField(max_length=100)
     slug = models.SlugField(max_length=50, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    tracking_default = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The tracking section of the team's runs that name no trackers of their own (docs/tracking.md); "
+        "empty: none. Set through `runs.services.team_tracking_set`, which checks it as a run's.",
+    )
 
     class Meta:
         ordering = ("name",)

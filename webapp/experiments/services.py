@@ -19,7 +19,7 @@ from inspo_engine.experiments import arm_config, experiment_from_dict
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
-from webapp.runs.configs import config_admit
+from webapp.runs.configs import config_admit, tracking_named
 from webapp.runs.models import Run
 from webapp.runs.services import run_cancel, run_submit
 
@@ -64,16 +64,21 @@ def _set_by(overrides: Mapping[str, Any], field: str) -> bool:
 
 def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tuple[str, int], RunConfig]:
     """Each run's config, checked as a run submission checks it (the team's data, what a run may reach);
-    InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>` — otherwise."""
+    InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>`, or `tracking.…`
+    for the team's default trackers — otherwise. An arm whose overrides and the experiment's name no trackers gets
+    the team's default, as a run submitted alone does."""
     configs: dict[tuple[str, int], RunConfig] = {}
     errors: dict[str, list[str]] = {}
     for arm, seed in experiment.runs():
+        chosen = tracking_named(overrides=experiment.overrides) or tracking_named(overrides=experiment.arms[arm])
         try:
-            configs[(arm, seed)] = config_admit(arm_config(experiment, arm, seed), team=team)
+            configs[(arm, seed)] = config_admit(arm_config(experiment, arm, seed), team=team, team_tracking=not chosen)
         except InvalidInput as error:
             for field, messages in error.errors.items():
                 shared = _set_by(experiment.overrides, field) and not _set_by(experiment.arms[arm], field)
                 where = f"overrides.{field}" if shared else f"arms.{arm}.{field}"
+                if not chosen and field.startswith("tracking."):
+                    where = field
                 errors.setdefault(where, [])
                 errors[where] += [m for m in messages if m not in errors[where]]
     if errors:

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import ConfigError, FieldError, RunConfig, field_value, resolve_key
+from inspo_engine.config import ConfigError, FieldError, RunConfig, TrackingConfig, field_value, resolve_key
 from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
@@ -106,13 +106,81 @@ def config_total_steps(config: RunConfig) -> int:
     return sum(phase.steps for phase in phases_for(config))
 
 
-def config_admit(config: RunConfig, *, team: Team) -> RunConfig:
+def config_admit(config: RunConfig, *, team: Team, team_tracking: bool = False) -> RunConfig:
     """The platform's rules for an engine-valid config that becomes a run of `team`, the same for a submission and
     an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path), and
-    what the run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise."""
+    what the run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise.
+
+    With `team_tracking` (a submission that chose no trackers, see `tracking_named`), the run's tracking section is
+    first replaced by the team's default, if it has one, and checked as a run's own; its errors say so."""
     if config.seed > MAX_SEED:
         raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
-    return config_access_check(config_confine(config, team=team), team=team)
+    default = team_tracking_default(team) if team_tracking else {}
+    try:
+        if default:
+            config = _with_tracking(config, default)
+        return config_access_check(config_confine(config, team=team), team=team)
+    except InvalidInput as error:
+        if default:
+            raise _blamed_on_team_default(error) from error
+        raise
+
+
+# -- the team's default trackers ----------------------------------------------------------------------------------
+
+TEAM_DEFAULT_NOTE = "(from the team's default trackers: change them, or set tracking in the run to choose its own)"
+
+
+def tracking_named(*, config: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None) -> bool:
+    """Whether a submission chooses its own trackers: a partial config with a `tracking` section (even an empty one
+    or `{"backends": []}`), or an override of any tracking field. Such a run keeps what it chose; any other gets its
+    team's default (`config_admit(team_tracking=True)`)."""
+    if config is not None and "tracking" in config:
+        return True
+    return any(_names_tracking(str(key)) for key in overrides or {})
+
+
+def _names_tracking(key: str) -> bool:
+    try:
+        return resolve_key(key).startswith("tracking.")
+    except ConfigError:
+        return False  # composing the config reports the unknown key
+
+
+def team_tracking_default(team: Team) -> dict[str, Any]:
+    """The team's default tracking section as stored now (read again: an owner may just have changed it); {} for
+    none."""
+    stored = Team.objects.filter(pk=team.pk).values_list("tracking_default", flat=True).first()
+    return dict(stored or {})
+
+
+def tracking_section(data: Mapping[str, Any]) -> TrackingConfig:
+    """A tracking section built and checked by the engine as a run's would be (unknown fields, types, names,
+    the URL's scheme); InvalidInput keyed by `tracking.<field>` otherwise."""
+    try:
+        return RunConfig.from_dict({"tracking": dict(data)}).tracking
+    except ConfigError as error:
+        errors: dict[str, list[str]] = {}
+        for item in error.errors:
+            errors.setdefault(item.field or "tracking", []).append(item.message)
+        raise InvalidInput(errors) from error
+
+
+def _with_tracking(config: RunConfig, default: Mapping[str, Any]) -> RunConfig:
+    try:
+        tracking = tracking_section(default)
+    except InvalidInput as error:
+        raise InvalidInput(error.errors, key="config") from error
+    return _checked(dataclasses.replace(config, tracking=tracking))
+
+
+def _blamed_on_team_default(error: InvalidInput) -> InvalidInput:
+    """`error` saying in each of its tracking errors that the field came from the team's default, not the run."""
+    errors = {
+        field: [f"{message} {TEAM_DEFAULT_NOTE}" for message in messages] if field.startswith("tracking.") else messages
+        for field, messages in error.errors.items()
+    }
+    return InvalidInput(errors, key=error.key)
 
 
 # Config fields that may name files on the workers' disks, with the names that are not files.

@@ -63,6 +63,17 @@ def _display(value: Any) -> str | None:
     return str(value)
 
 
+def team_tracking_text(teams: Any) -> str:
+    """What the run form says of each team's default trackers, e.g. "Defaults: Alice's team: mlflow, tensorboard;
+    Lab: no default." (a default that names no tracker reads "none")."""
+    parts = []
+    for team in teams:
+        default = team.tracking_default
+        named = (", ".join(default.get("backends") or []) or "none") if default else "no default"
+        parts.append(f"{team.name}: {named}")
+    return f"Defaults: {'; '.join(parts)}." if parts else ""
+
+
 def _choices(*values: str) -> list[tuple[str, str]]:
     return [("", "(preset)")] + [(v, v) for v in values]
 
@@ -141,7 +152,14 @@ class RunForm(ConfigFormMixin):
         choices=[(name, name) for name in TRACKERS],
         widget=forms.CheckboxSelectMultiple,
         label="Trackers",
-        help_text="Also send the run to MLflow, W&B (offline without a key) or TensorBoard, in the run directory.",
+        help_text="Also send the run to MLflow, W&B (offline without a key) or TensorBoard, in the run directory. "
+        "None checked: the team's default trackers; checked ones replace the default whole (its project and MLflow "
+        "server too: set those in Overrides).",
+    )
+    no_tracking = forms.BooleanField(
+        required=False,
+        label="No trackers",
+        help_text="Not even the team's default.",
     )
     overrides = OverridesField(
         required=False,
@@ -154,19 +172,60 @@ class RunForm(ConfigFormMixin):
         team_field = self.fields["team"]
         assert isinstance(team_field, forms.ModelChoiceField)
         team_field.queryset = teams
+        self.fields["tracking"].help_text += " " + team_tracking_text(teams)
 
     def clean(self) -> dict[str, Any]:
         """Raw input for `run_submit`: `config_overrides` holds the JSON overrides with each filled-in field over
-        them (at its config path); the service composes and validates, and `apply_config_errors` shows its errors."""
+        them (at its config path); the service composes and validates, and `apply_config_errors` shows its errors.
+        Trackers: the checked ones are the run's own; none checked leaves tracking unnamed, so the run gets its
+        team's default, unless "No trackers" asks for none (`tracking.backends` set to [])."""
         data = super().clean() or {}
         overrides = dict(data.get("overrides") or {})
         for name, path in CONFIG_FIELDS.items():
             value = data.get(name)
             if value not in (None, "", []):
                 overrides[path] = value
+        if data.get("no_tracking"):
+            if data.get("tracking"):
+                self.add_error("no_tracking", "uncheck the trackers above, or this")
+            overrides[CONFIG_FIELDS["tracking"]] = []
         data["config_overrides"] = overrides
         data["tag_list"] = _tags(data.get("tags", ""))
         return data
+
+
+class TeamTrackingForm(forms.Form):
+    """The team's default trackers (the page of `views.team_tracking`): a run config's tracking section, which the
+    service checks as a run's. An empty text field is null."""
+
+    backends = forms.MultipleChoiceField(
+        required=False,
+        choices=[(name, name) for name in TRACKERS],
+        widget=forms.CheckboxSelectMultiple,
+        label="Trackers",
+        help_text="None checked: the team's runs send to no tracker unless they choose their own.",
+    )
+    project = forms.CharField(max_length=64, initial="inspo", help_text="The MLflow experiment and W&B project.")
+    mlflow_uri = forms.CharField(
+        required=False, max_length=2000, label="MLflow server", help_text="http(s)://…; empty: mlruns/ in the run."
+    )
+    wandb_secret = forms.CharField(required=False, max_length=64, label="W&B key", help_text="A team key's name.")
+    mlflow_secret = forms.CharField(
+        required=False, max_length=64, label="MLflow token", help_text="A team key's name; needs the server."
+    )
+
+    def section(self) -> dict[str, Any]:
+        """The tracking section for `services.team_tracking_set`."""
+        data = self.cleaned_data
+        section = {"backends": data["backends"], "project": data["project"]}
+        return section | {name: data[name] or None for name in ("mlflow_uri", "wandb_secret", "mlflow_secret")}
+
+    def apply_errors(self, error: InvalidInput) -> None:
+        """The service's errors (`tracking.<field>`) on the fields they name."""
+        for path, messages in error.errors.items():
+            name = path.removeprefix("tracking.")
+            for message in messages:
+                self.add_error(name if name in self.fields else None, message)
 
 
 class CloneForm(ConfigFormMixin):

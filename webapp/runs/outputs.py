@@ -10,6 +10,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from inspo_engine.config import TRACKERS
 from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
@@ -476,6 +477,34 @@ class PresetsOutputSerializer(serializers.Serializer[Any]):
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         return {name: ConfigOutput() for name in PRESET_NAMES}
+
+
+# -- a team's default trackers ------------------------------------------------------------------------------------
+
+
+class TrackingSectionSerializer(serializers.Serializer[Any]):
+    """A run config's tracking section (inspo_engine.config.TrackingConfig, docs/tracking.md). Every field may be
+    left out: it takes the engine's default."""
+
+    backends = serializers.ListField(
+        child=serializers.ChoiceField(choices=TRACKERS), required=False, help_text="Default none."
+    )
+    project = serializers.CharField(required=False, help_text="The MLflow experiment and W&B project; default inspo.")
+    mlflow_uri = serializers.CharField(
+        required=False, allow_null=True, help_text="An http(s) MLflow server on the allow-list; null: mlruns/."
+    )
+    wandb_secret = serializers.CharField(
+        required=False, allow_null=True, help_text="The name of the team's stored W&B key."
+    )
+    mlflow_secret = serializers.CharField(
+        required=False, allow_null=True, help_text="The name of the team's stored MLflow token; needs mlflow_uri."
+    )
+
+
+class TeamTrackingOutputSerializer(serializers.Serializer[Any]):
+    tracking = TrackingSectionSerializer(
+        allow_null=True, help_text="The tracking section of the team's runs that name no trackers; null: none."
+    )
 
 
 # -- instruction × checkpoint heatmaps -----------------------------------------------------------------------------

@@ -3,6 +3,7 @@ evaluations, trajectories and checkpoints shaped for charts. Functions taking `r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -16,10 +17,12 @@ from django.db.models import Avg, Count, QuerySet
 from django.http import Http404
 
 from inspo_engine.config import PopulationConfig
+from webapp.accounts.models import Team
 from webapp.accounts.permissions import AnyUser
+from webapp.core.errors import InvalidInput
 from webapp.core.text import words_that_differ
 
-from .configs import PRESET_NAMES, config_compose
+from .configs import PRESET_NAMES, config_compose, team_tracking_default, tracking_section
 from .models import (
     Checkpoint,
     ControlRequest,
@@ -642,3 +645,16 @@ def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = N
         "baseline": baseline_id,
         "deltas": benchmark_deltas(table, baseline=baseline_id) if baseline_id else {},
     }
+
+
+def team_tracking(*, team: Team) -> dict[str, Any] | None:
+    """The team's default trackers as a whole tracking section (a field added to the engine since it was set shows
+    its default), or None when the team has none. One that the engine no longer accepts is shown as stored: a run
+    that gets it is refused, naming the field."""
+    stored = team_tracking_default(team)
+    if not stored:
+        return None
+    try:
+        return dataclasses.asdict(tracking_section(stored))
+    except InvalidInput:
+        return stored

@@ -1,4 +1,5 @@
-"""Operations on runs — submit, cancel, clone, resume, evaluate, steer, export — shared by pages, the API and admin.
+"""Operations on runs — submit, cancel, clone, resume, evaluate, steer, export, and a team's default trackers for its
+runs — shared by pages, the API and admin.
 
 Each checks the caller's role in the run's team, changes state with conditional updates where a worker may race
 it, and enqueues work only after the transaction commits.
@@ -6,6 +7,7 @@ it, and enqueues work only after the transaction commits.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +21,15 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 
 from . import selectors, tasks
-from .configs import benchmark_paths, config_admit, config_compose, config_total_steps
+from .configs import (
+    benchmark_paths,
+    config_admit,
+    config_compose,
+    config_total_steps,
+    tracking_named,
+    tracking_section,
+)
+from .endpoints import net_policy, tracking_errors, url_errors
 from .lifecycle import runs_start_pending
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Instruction, PopulationAlarm, Run, RunNote, RunTag
 
@@ -81,12 +91,15 @@ def run_submit(
       name, applied last.
 
     The config is preset ⊕ config ⊕ overrides (`configs.config_compose`), then the team's rules
-    (`configs.config_admit`: paths in the team's data, URLs and endpoints it may reach). InvalidInput names each
-    bad field: under `config` by dotted path, or `preset`, `name`, `tags`; QuotaExceeded (429) when the team is at
-    its active-run quota, except that a run of an `experiment` then waits as pending (see
-    `lifecycle.runs_start_pending`)."""
+    (`configs.config_admit`: paths in the team's data, URLs and endpoints it may reach). A submission whose config
+    and overrides name no trackers (`configs.tracking_named`) gets the team's default tracking section; a composed
+    RunConfig (a clone, an experiment's run) keeps its own. InvalidInput names each bad field: under `config` by
+    dotted path, or `preset`, `name`, `tags`; QuotaExceeded (429) when the team is at its active-run quota, except
+    that a run of an `experiment` then waits as pending (see `lifecycle.runs_start_pending`)."""
     require_role(user, team, Role.MEMBER)
-    validated = config_admit(config_compose(preset=preset, base=config, overrides=overrides), team=team)
+    composed = config_compose(preset=preset, base=config, overrides=overrides)
+    chosen = isinstance(config, RunConfig) or tracking_named(config=config, overrides=overrides)
+    validated = config_admit(composed, team=team, team_tracking=not chosen)
     name = name.strip()
     if not name:
         raise InvalidInput({"name": ["give the run a name"]})
@@ -289,3 +302,22 @@ def instruction_export(*, run: Run, user: User) -> dict[str, Any]:
         "rounds": lineage["rounds"],
         "population_history": selectors.run_population_history(run=run),
     }
+
+
+def team_tracking_set(*, team: Team, user: User, tracking: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Set the team's default trackers: the tracking section that its runs get when they name none
+    (docs/tracking.md). Owners only. The section is checked as a run's is at submission (the engine's rules, the
+    trackers' packages, the team's stored keys it names, the MLflow server's host) and stored whole, every field
+    included; None or {} removes the default. Each run that gets it is checked again when it is submitted, and its
+    worker checks the MLflow URL once more. InvalidInput keyed `tracking.<field>`."""
+    require_role(user, team, Role.OWNER)
+    stored: dict[str, Any] = {}
+    if tracking:
+        config = RunConfig(tracking=tracking_section(tracking))
+        errors = url_errors(config, net_policy()) | tracking_errors(config, team)
+        if errors:
+            raise InvalidInput(errors)
+        stored = dataclasses.asdict(config.tracking)
+    Team.objects.filter(pk=team.pk).update(tracking_default=stored)
+    team.tracking_default = stored
+    return stored

@@ -9,6 +9,7 @@ api_urlpatterns = [
     path("presets/", apis.PresetListApi.as_view(), name="presets"),
     path("compare/", apis.CompareApi.as_view(), name="compare"),
     path("runs/", apis.RunListCreateApi.as_view(), name="runs"),
+    path("teams/<slug:slug>/tracking/", apis.TeamTrackingApi.as_view(), name="team-tracking"),
     path("runs/<uuid:run_id>/", apis.RunDetailApi.as_view(), name="run"),
     path("runs/<uuid:run_id>/cancel/", apis.RunCancelApi.as_view(), name="run-cancel"),
     path("runs/<uuid:run_id>/clone/", apis.RunCloneApi.as_view(), name="run-clone"),
@@ -62,4 +63,5 @@ urlpatterns = [
     path("runs/<uuid:run_id>/trajectories/", views.run_trajectories, name="trajectories"),
     path("runs/<uuid:run_id>/lineage/", views.run_lineage, name="lineage"),
     path("compare/", views.run_compare, name="compare"),
+    path("teams/<slug:slug>/tracking/", views.team_tracking, name="team-tracking"),
 ]

@@ -20,13 +20,22 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.accounts.models import Role
-from webapp.accounts.permissions import acting_user, role_of
-from webapp.accounts.selectors import team_list
+from webapp.accounts.permissions import acting_user, require_role, role_of
+from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 
 from . import heatmaps, selectors, services
 from .configs import PRESET_NAMES
-from .forms import CONFIG_FIELDS, CloneForm, ControlForm, EvaluateForm, HeatmapForm, RunForm, preset_field_texts
+from .forms import (
+    CONFIG_FIELDS,
+    CloneForm,
+    ControlForm,
+    EvaluateForm,
+    HeatmapForm,
+    RunForm,
+    TeamTrackingForm,
+    preset_field_texts,
+)
 from .models import Run
 
 
@@ -136,6 +145,31 @@ def run_new(request: HttpRequest) -> HttpResponse:
         "preset_texts": json.dumps(presets),
     }
     return render(request, "runs/new.html", context, status=status)
+
+
+@login_required
+def team_tracking(request: HttpRequest, slug: str) -> HttpResponse:
+    """The team's default trackers: everyone in the team sees them, owners change or remove them (403 for others,
+    404 outside the team)."""
+    user = acting_user(request)
+    team = team_get(user=user, slug=slug)
+    current = selectors.team_tracking(team=team)
+    form = TeamTrackingForm(request.POST or None, initial=current or {})
+    if request.method == "POST":
+        require_role(user, team, Role.OWNER)
+        try:
+            if "remove" in request.POST:
+                services.team_tracking_set(team=team, user=user, tracking=None)
+                messages.success(request, f"{team.name} has no default trackers now.")
+                return redirect("runs:team-tracking", slug=team.slug)
+            if form.is_valid():
+                services.team_tracking_set(team=team, user=user, tracking=form.section())
+                messages.success(request, f"Saved the default trackers of {team.name}.")
+                return redirect("runs:team-tracking", slug=team.slug)
+        except InvalidInput as error:
+            form.apply_errors(error)
+    context = {"team": team, "current": current, "form": form, "is_owner": role_of(user, team) == Role.OWNER}
+    return render(request, "runs/team_tracking.html", context, status=400 if form.errors else 200)
 
 
 @login_required
