@@ -70,7 +70,10 @@ def test_verls_own_tracking_writes_tensorboard_and_mlflow_into_the_run_directory
 
 
 def test_verls_wandb_logger_runs_offline_in_the_run_directory_without_a_key(tmp_path, monkeypatch) -> None:
+    import wandb
+
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    wandb.teardown()  # W&B reads WANDB_MODE when it is first set up: start as the job's fresh process does
     assert _log_through_verl(tmp_path, ["wandb"], monkeypatch) == []
     (offline,) = (tmp_path / "wandb").glob("offline-run-*")
     assert list(offline.glob("*.wandb"))
