@@ -128,6 +128,7 @@ class TorchBackend:
         ]
         if not samples:  # DAPO's overlong filtering (`grpo.drop_truncated`) can leave nothing to train on
             return self.trainer.idle_step()
+        self.engine.weights.release()  # the update changes the weights: the rollout copy is rebuilt after it
         result = self.trainer.update(samples)
         if self.drop_truncated:
             cut = [t for group in groups for t in group if t.payload is not None and t.payload.truncated]

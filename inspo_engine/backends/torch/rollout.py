@@ -387,6 +387,10 @@ class RolloutWeights:
     oneDNN's blocked layout (`_PackedLinear`), which halves their time at rollout batch sizes with the same results.
     A copy samples from a slightly different distribution than the policy the trainer scores the tokens with (the
     rollout/policy mismatch vLLM brings to verl); the trainer's log-probs always come from the policy itself.
+
+    Between rollouts the copy may be `release`d: its storage (every weight in bfloat16, and each linear layer's
+    packed layout besides: about as many bytes as the float32 policy) is freed while the update runs, and the next
+    `current` rebuilds it from the policy exactly as a refresh would have written it.
     """
 
     def __init__(self, policy: nn.Module, dtype: torch.dtype | None) -> None:
@@ -402,21 +406,38 @@ class RolloutWeights:
                 if dtype == torch.bfloat16 and all(p.device.type == "cpu" for p in params) and _onednn_bfloat16():
                     _pack_linear_layers(self.copy)
         self._seen = self._fingerprint()
+        self._released = False
 
     def current(self) -> Any:
-        """The model to roll out with (the copy refreshed first if the policy changed since)."""
+        """The model to roll out with (the copy refreshed first if the policy changed since, or rebuilt if it was
+        released)."""
         if self.copy is None:
             return self.policy
         seen = self._fingerprint()
-        if seen != self._seen:
+        if seen != self._seen or self._released:
             with torch.inference_mode(False), torch.no_grad():
                 for mine, theirs in zip(self.copy.parameters(), self.policy.parameters(), strict=True):
-                    mine.copy_(theirs)
+                    if self._released:
+                        mine.data = theirs.detach().to(mine.dtype)
+                    else:
+                        mine.copy_(theirs)
                 for module in self.copy.modules():
                     if isinstance(module, _PackedLinear):
                         module.pack()
-            self._seen = seen
+            self._seen, self._released = seen, False
         return self.copy
+
+    def release(self) -> None:
+        """Free the copy's storage until the next `current` (nothing to do when rollouts read the policy itself):
+        the update, where a training process's memory peaks, then runs without it."""
+        if self.copy is None or self._released:
+            return
+        for param in self.copy.parameters():
+            param.data = param.data.new_empty(0)
+        for module in self.copy.modules():
+            if isinstance(module, _PackedLinear):
+                module.packed = None
+        self._released = True
 
     def _fingerprint(self) -> tuple[tuple[int, int], ...]:
         """Where each policy parameter's data lives and its version counter (which every in-place write bumps)."""
@@ -432,13 +453,14 @@ class _PackedLinear(nn.Module):
         super().__init__()
         self.weight = linear.weight
         self.bias = linear.bias
-        self.packed = _packed(self.weight)
+        self.packed: torch.Tensor | None = _packed(self.weight)
 
     def pack(self) -> None:
         """Repack after the weight changed."""
         self.packed = _packed(self.weight)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.packed is not None, "a released rollout copy is used only through RolloutWeights.current()"
         out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(hidden, self.packed, self.bias, "none", [], "")
         return out
 

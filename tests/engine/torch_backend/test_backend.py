@@ -105,6 +105,7 @@ def test_bfloat16_rollouts_read_a_copy_that_follows_every_update():
         return all(torch.equal(mine, theirs.detach().to(torch.bfloat16)) for mine, theirs in pairs)
 
     assert not in_step()
+    assert all(p.numel() == 0 for p in copy.parameters())  # released for the update, rebuilt by the next rollout
     backend.rollout(requests(1), group_size=1)
     assert in_step()
 

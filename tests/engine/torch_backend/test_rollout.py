@@ -488,6 +488,33 @@ def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_onl
         assert torch.equal(head(hidden), F.linear(hidden, policy.get_output_embeddings().weight.to(torch.bfloat16)))
 
 
+def test_a_released_copy_holds_no_storage_and_comes_back_as_a_refresh_would_have_written_it(smollm2):
+    model, _ = smollm2
+    policy, twin = copy.deepcopy(model), copy.deepcopy(model)
+    released, kept = RolloutWeights(policy, torch.bfloat16), RolloutWeights(twin, torch.bfloat16)
+    rollout = released.current()
+    kept.current()
+    released.release()
+    assert all(p.numel() == 0 for p in rollout.parameters())
+    assert all(m.packed is None for m in rollout.modules() if isinstance(m, _PackedLinear))
+    for changed in (policy, twin):  # the update the copy was released for
+        with torch.no_grad():
+            for param in changed.parameters():
+                param.mul_(1.25)
+    assert released.current() is rollout and kept.current() is kept.copy
+    assert rollout.get_input_embeddings().weight is rollout.get_output_embeddings().weight
+    for mine, theirs, twins in zip(rollout.parameters(), policy.parameters(), kept.copy.parameters(), strict=True):
+        assert mine.dtype == torch.bfloat16 and not mine.requires_grad
+        assert torch.equal(mine, theirs.detach().to(torch.bfloat16)) and torch.equal(mine, twins)
+    ids = torch.tensor([list(range(100, 140))])
+    with torch.inference_mode():  # the packed layouts were rebuilt too: the same logits as the copy never released
+        torch.testing.assert_close(rollout(input_ids=ids).logits, kept.copy(input_ids=ids).logits, atol=0, rtol=0)
+    released.release()
+    released.release()  # twice is once
+    assert released.current() is rollout and all(p.numel() > 0 for p in rollout.parameters())
+    assert RolloutWeights(model, None).release() is None  # rollouts reading the policy: nothing to free
+
+
 def test_on_a_cpu_with_onednn_bfloat16_the_copys_linear_layers_are_packed_and_compute_the_same(smollm2):
     if not _onednn_bfloat16():
         pytest.skip("this CPU or PyTorch build has no oneDNN bfloat16 kernels")
