@@ -51,6 +51,7 @@ from .events import (
     TrajectoryRecord,
 )
 from .evolution import Evolution, Ledger
+from .machine import describe as describe_machine
 from .optimizers.base import OptimizerBudget, OptimizerClient
 from .population import Instruction, Population
 from .replay import ReplayBuffer
@@ -245,6 +246,7 @@ class CoEvolution:
                 resumed_from_step=self.progress.step,
                 backend=self.backend.name,
                 optimizer_model=self.optimizer.model if self.optimizer else None,
+                machine=describe_machine(),
             )
         )
         if not self.progress.step and not self.population.members:

@@ -80,6 +80,8 @@ class RunStarted(Event):
     resumed_from_step: int = 0
     backend: str = ""
     optimizer_model: str | None = None
+    machine: dict[str, str] = field(default_factory=dict)
+    """What the run computes on (`machine.describe`); empty in events written before it was recorded."""
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from .coevolution import EVALUATIONS_DIR, evaluation_file, read_answers
 from .config import ConfigError, FieldError, RunConfig, resolve_key
-from .events import RunFinished, StepCompleted, read_events
+from .events import RunFinished, RunStarted, StepCompleted, read_events
+from .machine import same_machine_groups
 from .presets import PRESETS, preset
 
 if TYPE_CHECKING:
@@ -269,6 +270,8 @@ class RunOutcome:
     em: dict[str, float] = field(default_factory=dict)
     """Question id → EM of the final evaluation (empty unless finished)."""
     f1: dict[str, float] = field(default_factory=dict)
+    machine: dict[str, str] | None = None
+    """What the run's last start recorded it computed on (`machine.describe`); None if it recorded nothing."""
 
 
 def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
@@ -281,15 +284,16 @@ def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
     rewards = [steps[s] for s in sorted(steps)]
     ends = [e for e in events if isinstance(e, RunFinished)]
     last = max(steps, default=0)
+    machine = next((e.machine or None for e in reversed(events) if isinstance(e, RunStarted)), None)
     if not ends or ends[-1].status != "finished":
-        return RunOutcome(False, last, rewards)
+        return RunOutcome(False, last, rewards, machine=machine)
     path = evaluation_file(run_dir, ends[-1].step, benchmark)
     if not path.exists():
-        return RunOutcome(False, last, rewards)
+        return RunOutcome(False, last, rewards, machine=machine)
     answers = read_answers(path)
     em = {str(a["question_id"]): float(a["em"]) for a in answers}
     f1 = {str(a["question_id"]): float(a["f1"]) for a in answers}
-    return RunOutcome(True, last, rewards, em, f1)
+    return RunOutcome(True, last, rewards, em, f1, machine)
 
 
 def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
@@ -297,13 +301,15 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
     scores: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in experiment.arms}
     f1s: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in experiment.arms}
     rewards: dict[str, dict[int, list[float]]] = {arm: {} for arm in experiment.arms}
+    machines: dict[str, dict[str, str] | None] = {}
     for arm, seed in experiment.runs():
         outcome = read_run(out / run_name(arm, seed), experiment.evaluation.benchmark)
         if outcome.rewards:
             rewards[arm][seed] = outcome.rewards
+            machines[run_name(arm, seed)] = outcome.machine
         if outcome.finished:
             scores[arm][seed], f1s[arm][seed] = outcome.em, outcome.f1
-    return experiment_results(experiment, scores, rewards, f1_by_arm=f1s)
+    return experiment_results(experiment, scores, rewards, f1_by_arm=f1s, machines=machines)
 
 
 # -- results ----------------------------------------------------------------------------------------------------
@@ -316,12 +322,15 @@ def experiment_results(
     *,
     f1_by_arm: Mapping[str, Scores] | None = None,
     level: float = 0.95,
+    machines: dict[str, dict[str, str] | None] | None = None,
 ) -> dict[str, Any]:
     """The experiment's table as JSON-able data: per arm its finished seeds, mean EM (and F1), the training reward
     of the last steps and its curve over seeds, its difference from the baseline arm with an interval and the verdict
     in words; and which (arm, seed) runs have no results. An arm is computed over the seeds that finished; it is
     compared with the baseline on the seeds both finished. `scores_by_arm`: arm → seed → question id → EM (0–1);
-    `rewards_by_arm`: arm → seed → training reward per step."""
+    `rewards_by_arm`: arm → seed → training reward per step. `machines` (run name → what it recorded computing on,
+    None for nothing) adds the runs grouped by machine: arms pair by seed, and runs of one seed on different
+    machines computed different things from their first step."""
     missing = [{"arm": arm, "seed": seed} for arm, seed in experiment.runs() if seed not in scores_by_arm.get(arm, {})]
     baseline = scores_by_arm.get(experiment.baseline, {})
     rows = [
@@ -336,6 +345,9 @@ def experiment_results(
         "arms": rows,
         "missing": missing,
         "complete": not missing,
+        "machines": [
+            {"machine": machine, "runs": names} for machine, names in same_machine_groups(dict(machines or {}))
+        ],
     }
 
 
@@ -458,7 +470,25 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     lines += ["", f"Interval: {'; '.join(sorted(methods))}."] if methods else []
     missing = [f"{m['arm']} seed {m['seed']}" for m in results["missing"]]
     lines += ["", f"Missing runs (no final evaluation yet): {', '.join(missing)}."] if missing else []
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _machines_markdown(results.get("machines", []))) + "\n"
+
+
+def _machines_markdown(groups: Sequence[Mapping[str, Any]]) -> list[str]:
+    """A warning when the runs computed on more than one kind of machine (see `machine`), naming each."""
+    if len(groups) < 2:
+        return []
+    lines = [
+        "",
+        f"**The runs computed on {len(groups)} different machines.** Arms are paired by seed, but runs of one seed "
+        "on different machines sample differently from their first step, so such pairs are no closer than "
+        "unpaired draws: rerun a control arm on the machine of the others before reading a difference.",
+        "",
+    ]
+    for group in groups:
+        machine = group["machine"]
+        described = ", ".join(f"{key} {value}" for key, value in machine.items()) if machine else "not recorded"
+        lines.append(f"- {described}: {', '.join(group['runs'])}")
+    return lines
 
 
 def _markdown_row(row: Mapping[str, Any]) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import ConfigError
-from inspo_engine.events import JsonlSink
+from inspo_engine.events import JsonlSink, RunStarted, read_events
 from inspo_engine.experiments import (
     BUILTIN_ARMS,
     EvalSpec,
@@ -19,6 +19,7 @@ from inspo_engine.experiments import (
     results_markdown,
     run_name,
 )
+from inspo_engine.machine import describe
 from inspo_engine.plots import plot_experiment
 from inspo_engine.presets import preset
 
@@ -222,6 +223,28 @@ def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(
     pictures = plot_experiment(results, tmp_path)
     assert [p.name for p in pictures] == ["reward.png", "em.png"]
     assert all(p.stat().st_size > 5000 for p in pictures)
+    started = [e for e in read_events(tmp_path / "static-s0" / "events.jsonl") if isinstance(e, RunStarted)]
+    recorded = started[0].machine
+    assert recorded["cpu"] == describe()["cpu"] and recorded["python"] == describe()["python"]
+    assert results["machines"] == [{"machine": recorded, "runs": ["static-s0", "random-pool-s0", "static-s1"]}]
+    assert "different machines" not in results_markdown(results)
+
+
+def test_runs_that_computed_on_different_machines_are_listed_and_the_table_warns():
+    experiment = three_seed_experiment()
+    here, there = {"cpu": "AMD EPYC", "cpu_flags": "avx512_bf16"}, {"cpu": "Intel Xeon", "cpu_flags": "amx_bf16"}
+    machines = {"static-s0": here, "static-s1": here, "inspo-s0": there, "inspo-s1": None}
+    results = experiment_results(experiment, {"static": scores({0: 0.2, 1: 0.3})}, {}, machines=machines)
+    assert results["machines"] == [
+        {"machine": here, "runs": ["static-s0", "static-s1"]},
+        {"machine": there, "runs": ["inspo-s0"]},
+        {"machine": None, "runs": ["inspo-s1"]},
+    ]
+    text = results_markdown(results)
+    assert "**The runs computed on 3 different machines.**" in text
+    assert "- cpu AMD EPYC, cpu_flags avx512_bf16: static-s0, static-s1" in text
+    assert "- cpu Intel Xeon, cpu_flags amx_bf16: inspo-s0" in text and "- not recorded: inspo-s1" in text
+    assert json.loads(json.dumps(results)) == results  # results.json holds it as it is
 
 
 def _rules(config, cache_dir):
