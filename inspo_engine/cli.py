@@ -166,7 +166,8 @@ def add_experiment(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--seeds", type=int, default=3, help="seeds 0 … N−1 for every arm (3)")
     parser.add_argument("--baseline", default="static", help="the arm every other is compared with (static)")
-    parser.add_argument("--jobs", type=int, default=1, help="runs at once, one torch thread each (1)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (1)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each run (1)")
     parser.add_argument("--out", type=Path, required=True, help="experiment directory: one run directory per run")
     parser.add_argument("--eval-benchmark", default="builtin", help="'builtin' or a FlashRAG benchmark")
     parser.add_argument("--eval-split", default="test")
@@ -460,6 +461,8 @@ def command_experiment(args: argparse.Namespace) -> int:
 
     if not 1 <= args.jobs <= 64:
         raise UsageError("--jobs must be from 1 to 64")
+    if not 1 <= args.threads <= 256:
+        raise UsageError("--threads must be from 1 to 256")
     experiment = experiment_of(args)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -467,7 +470,7 @@ def command_experiment(args: argparse.Namespace) -> int:
     runs = [ExperimentRun.prepare(experiment, arm, seed, out) for arm, seed in experiment.runs()]
     interrupted = False
     try:
-        run_all(runs, jobs=args.jobs, cache_dir=args.cache_dir)
+        run_all(runs, jobs=args.jobs, threads=args.threads, cache_dir=args.cache_dir)
     except KeyboardInterrupt:
         interrupted = True
         print("interrupted: the runs saved a checkpoint; the same command resumes them", file=sys.stderr)
@@ -515,7 +518,7 @@ class ExperimentRun:
         run.step = run.total if outcome.finished else 0
         return run
 
-    def start(self, cache_dir: Path) -> None:
+    def start(self, cache_dir: Path, threads: int = 1) -> None:
         """`train --resume` from the newest checkpoint that kept the optimizer state (see
         `checkpoint.optimizer_state`), or a fresh start in a cleared directory."""
         checkpoint = latest_checkpoint(self.directory)
@@ -529,7 +532,8 @@ class ExperimentRun:
                     path.unlink(missing_ok=True)
         command = [sys.executable, "-m", "inspo_engine", "train", "--config", str(self.directory / "config.json")]
         command += ["--out", str(self.directory), "--cache-dir", str(cache_dir), *(["--resume"] if resume else [])]
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        env["TOKENIZERS_PARALLELISM"] = "false"
         with (self.directory / "train.log").open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -567,8 +571,9 @@ def _last_step(path: Path, run: ExperimentRun) -> int:
     return max(steps)
 
 
-def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
-    """Start the unfinished runs, `jobs` at a time, with one progress bar over runs and steps."""
+def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path, threads: int = 1) -> None:
+    """Start the unfinished runs, `jobs` at a time with `threads` torch threads each, with one progress bar over
+    runs and steps."""
     from tqdm import tqdm
 
     waiting = [run for run in runs if not run.done]
@@ -580,7 +585,7 @@ def run_all(runs: list[ExperimentRun], *, jobs: int, cache_dir: Path) -> None:
             while waiting or active:
                 while waiting and len(active) < jobs:
                     active.append(waiting.pop(0))
-                    active[-1].start(cache_dir)
+                    active[-1].start(cache_dir, threads)
                 for run in [r for r in active if r.poll()]:
                     active.remove(run)
                     if run.returncode != 0:

@@ -52,6 +52,7 @@ from .events import (
 )
 from .evolution import Evolution, Ledger
 from .machine import describe as describe_machine
+from .machine import peak_rss_kib
 from .optimizers.base import OptimizerBudget, OptimizerClient
 from .population import Instruction, Population
 from .replay import ReplayBuffer
@@ -308,6 +309,7 @@ class CoEvolution:
                 best_instruction_id=best.id,
                 best_instruction=best.text,
                 overhead=self.ledger.overhead,
+                peak_rss_kib=peak_rss_kib(),
             )
         )
         return RunResult(status=status, step=step, best_instruction=best, checkpoint=checkpoint)

@@ -325,6 +325,8 @@ class RunFinished(Event):
     best_instruction_id: str
     best_instruction: str
     overhead: Overhead
+    peak_rss_kib: int = 0
+    """The resident-set peak of the process that ran the loop (`machine.peak_rss_kib`); 0 where not recorded."""
 
 
 @dataclass(frozen=True)

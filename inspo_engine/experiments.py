@@ -8,13 +8,13 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .coevolution import EVALUATIONS_DIR, evaluation_file, read_answers
 from .config import ConfigError, FieldError, RunConfig, resolve_key
-from .events import RunFinished, RunStarted, StepCompleted, read_events
+from .events import Event, RunFinished, RunStarted, StepCompleted, read_events
 from .machine import same_machine_groups
 from .presets import PRESETS, preset
 
@@ -272,6 +272,10 @@ class RunOutcome:
     f1: dict[str, float] = field(default_factory=dict)
     machine: dict[str, str] | None = None
     """What the run's last start recorded it computed on (`machine.describe`); None if it recorded nothing."""
+    minutes: float | None = None
+    """Wall time of its training process, summed over its starts (a resume's wait between them not counted)."""
+    peak_rss_kib: int | None = None
+    """The highest resident-set peak a start of it recorded at its end; None if none recorded one."""
 
 
 def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
@@ -285,15 +289,27 @@ def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
     ends = [e for e in events if isinstance(e, RunFinished)]
     last = max(steps, default=0)
     machine = next((e.machine or None for e in reversed(events) if isinstance(e, RunStarted)), None)
+    peaks = [e.peak_rss_kib for e in ends if e.peak_rss_kib]
+    unfinished = RunOutcome(False, last, rewards, machine=machine, minutes=_minutes(events))
+    unfinished = replace(unfinished, peak_rss_kib=max(peaks, default=None))
     if not ends or ends[-1].status != "finished":
-        return RunOutcome(False, last, rewards, machine=machine)
+        return unfinished
     path = evaluation_file(run_dir, ends[-1].step, benchmark)
     if not path.exists():
-        return RunOutcome(False, last, rewards, machine=machine)
+        return unfinished
     answers = read_answers(path)
     em = {str(a["question_id"]): float(a["em"]) for a in answers}
     f1 = {str(a["question_id"]): float(a["f1"]) for a in answers}
-    return RunOutcome(True, last, rewards, em, f1, machine)
+    return replace(unfinished, finished=True, em=em, f1=f1)
+
+
+def _minutes(events: Sequence[Event]) -> float | None:
+    """Minutes from each RunStarted to the last event before the next one, summed; None without a start."""
+    starts = [i for i, e in enumerate(events) if isinstance(e, RunStarted)]
+    if not starts:
+        return None
+    ends = [*starts[1:], len(events)]
+    return sum(events[end - 1].time - events[start].time for start, end in zip(starts, ends, strict=True)) / 60
 
 
 def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
@@ -302,14 +318,20 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
     f1s: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in experiment.arms}
     rewards: dict[str, dict[int, list[float]]] = {arm: {} for arm in experiment.arms}
     machines: dict[str, dict[str, str] | None] = {}
+    costs: list[dict[str, Any]] = []
     for arm, seed in experiment.runs():
         outcome = read_run(out / run_name(arm, seed), experiment.evaluation.benchmark)
         if outcome.rewards:
             rewards[arm][seed] = outcome.rewards
             machines[run_name(arm, seed)] = outcome.machine
+            costs.append(
+                {"arm": arm, "seed": seed, "finished": outcome.finished, "steps": outcome.steps}
+                | {"minutes": outcome.minutes, "peak_rss_kib": outcome.peak_rss_kib}
+            )
         if outcome.finished:
             scores[arm][seed], f1s[arm][seed] = outcome.em, outcome.f1
-    return experiment_results(experiment, scores, rewards, f1_by_arm=f1s, machines=machines)
+    results = experiment_results(experiment, scores, rewards, f1_by_arm=f1s, machines=machines)
+    return results | {"runs": costs}
 
 
 # -- results ----------------------------------------------------------------------------------------------------
@@ -470,7 +492,21 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     lines += ["", f"Interval: {'; '.join(sorted(methods))}."] if methods else []
     missing = [f"{m['arm']} seed {m['seed']}" for m in results["missing"]]
     lines += ["", f"Missing runs (no final evaluation yet): {', '.join(missing)}."] if missing else []
+    lines += _costs_markdown(results.get("runs", []))
     return "\n".join(lines + _machines_markdown(results.get("machines", []))) + "\n"
+
+
+def _costs_markdown(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each run's wall time and resident-set peak, as its events recorded them."""
+    if not runs:
+        return []
+    lines = ["", "| run | steps | minutes | peak RSS, GB |", "|---|---:|---:|---:|"]
+    for run in runs:
+        minutes = "–" if run["minutes"] is None else f"{run['minutes']:.1f}"
+        peak = "–" if not run["peak_rss_kib"] else f"{run['peak_rss_kib'] * 1024 / 1e9:.2f}"
+        state = "" if run["finished"] else " (unfinished)"
+        lines.append(f"| {run_name(run['arm'], run['seed'])}{state} | {run['steps']} | {minutes} | {peak} |")
+    return lines
 
 
 def _machines_markdown(groups: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -10,6 +10,7 @@ one such machine.
 from __future__ import annotations
 
 import platform
+import sys
 from pathlib import Path
 
 MATRIX_FLAGS = ("amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2")
@@ -31,6 +32,16 @@ def describe(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # untyped in torch
         machine["gpu"] = torch.cuda.get_device_name()
     return machine
+
+
+def peak_rss_kib() -> int:
+    """This process's resident-set peak so far, in KiB (Linux's `ru_maxrss`, as `VmHWM`); 0 where unknown."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak // 1024 if sys.platform == "darwin" else peak)  # macOS counts bytes
 
 
 def _cpu(cpuinfo: Path) -> tuple[str, list[str]]:

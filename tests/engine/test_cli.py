@@ -179,6 +179,8 @@ def test_an_invalid_experiment_exits_2_naming_the_field(tmp_path):
     done = cli("experiment", "--preset", "smoke", "--seeds", "0", "--set", "seed=3", "--out", str(tmp_path))
     assert done.returncode == 2
     assert "overrides.seed: is set by the experiment's seeds" in done.stderr
+    done = cli("experiment", "--preset", "smoke", "--threads", "0", "--out", str(tmp_path))
+    assert done.returncode == 2 and "--threads must be from 1 to 256" in done.stderr
     assert not list(tmp_path.iterdir())  # nothing was started
 
 
@@ -201,12 +203,15 @@ def logs(out):
 
 @pytest.mark.slow
 def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_without_doing_work_twice(tmp_path):
-    done = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=1800)
+    done = cli(*EXPERIMENT, *SHORT, "--threads", "2", "--out", str(tmp_path), timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
+    first_start = next(e for e in read_events(tmp_path / "static-s0" / "events.jsonl") if e.kind == "run_started")
+    assert first_start.machine["threads"] == "2"  # each run's torch threads, as --threads asked
     for name in ("experiment.json", "results.json", "results.md", "reward.png", "em.png"):
         assert (tmp_path / name).stat().st_size > 0, name
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["complete"] and results["missing"] == []
+    assert len(results["runs"]) == 4 and all(run["peak_rss_kib"] > 100_000 for run in results["runs"])
     rows = {row["arm"]: row for row in results["arms"]}
     assert rows["static"]["seeds"] == rows["random-pool"]["seeds"] == [0, 1]
     assert rows["random-pool"]["questions"] == 3 and rows["random-pool"]["comparison"]["seeds"] == 2

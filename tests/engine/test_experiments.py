@@ -7,7 +7,7 @@ import pytest
 
 from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import ConfigError
-from inspo_engine.events import JsonlSink, RunStarted, read_events
+from inspo_engine.events import JsonlSink, Overhead, RunFinished, RunStarted, StepCompleted, read_events
 from inspo_engine.experiments import (
     BUILTIN_ARMS,
     EvalSpec,
@@ -16,10 +16,11 @@ from inspo_engine.experiments import (
     experiment_from_dict,
     experiment_results,
     read_experiment,
+    read_run,
     results_markdown,
     run_name,
 )
-from inspo_engine.machine import describe
+from inspo_engine.machine import describe, peak_rss_kib
 from inspo_engine.plots import plot_experiment
 from inspo_engine.presets import preset
 
@@ -228,6 +229,44 @@ def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(
     assert recorded["cpu"] == describe()["cpu"] and recorded["python"] == describe()["python"]
     assert results["machines"] == [{"machine": recorded, "runs": ["static-s0", "random-pool-s0", "static-s1"]}]
     assert "different machines" not in results_markdown(results)
+    costs = {run_name(run["arm"], run["seed"]): run for run in results["runs"]}
+    assert set(costs) == {"static-s0", "random-pool-s0", "static-s1"}  # the run that never ran has no cost
+    assert all(run["finished"] and run["steps"] == 4 and run["minutes"] >= 0 for run in costs.values())
+    assert all(run["peak_rss_kib"] >= peak_rss_kib() // 2 for run in costs.values())  # this process's, in KiB
+    text = results_markdown(results)
+    assert "| run | steps | minutes | peak RSS, GB |" in text and "| static-s0 | 4 | " in text
+
+
+def test_a_resumed_runs_minutes_leave_out_the_wait_between_its_starts_and_its_peak_is_the_highest_recorded(tmp_path):
+    def step(n, at):
+        return StepCompleted(
+            step=n, total_steps=2, phase="joint", reward_mean=0.5, reward_std=0.0, tool_calls_mean=1.0,
+            response_length_mean=10.0, instruction_length_mean=5.0, metrics={}, timings={}, overhead=Overhead(),
+            time=at,
+        )  # fmt: skip
+
+    def end(status, at, peak):
+        return RunFinished(
+            step=1, status=status, best_instruction_id="i0", best_instruction="x", overhead=Overhead(),
+            peak_rss_kib=peak, time=at,
+        )  # fmt: skip
+
+    sink = JsonlSink(tmp_path / "events.jsonl")
+    for event in (
+        RunStarted(config={}, time=1000.0),
+        step(1, 1300.0),
+        end("cancelled", 1320.0, 3_000_000),  # 320 s
+        RunStarted(config={}, resumed_from_step=1, time=9000.0),  # hours later
+        step(2, 9100.0),
+        end("finished", 9160.0, 2_500_000),  # 160 s
+    ):
+        sink.emit(event)
+    sink.close()
+    outcome = read_run(tmp_path, "builtin")
+    assert outcome.minutes == pytest.approx((320 + 160) / 60)
+    assert outcome.peak_rss_kib == 3_000_000
+    assert not outcome.finished  # its final evaluation file is missing
+    assert read_run(tmp_path / "absent", "builtin").minutes is None
 
 
 def test_runs_that_computed_on_different_machines_are_listed_and_the_table_warns():

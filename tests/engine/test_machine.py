@@ -3,7 +3,7 @@ and threads once torch is loaded."""
 
 import torch
 
-from inspo_engine.machine import describe
+from inspo_engine.machine import describe, peak_rss_kib
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -41,3 +41,11 @@ def test_two_thread_counts_are_two_machines(tmp_path):
         assert describe(path) != one  # a kernel may split its sums by thread: the runs need not compute the same
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_resident_peak_is_in_kib_and_rises_when_memory_is_touched():
+    before = peak_rss_kib()
+    assert before > 50_000  # this process holds torch: tens of MB at least, in KiB
+    block = bytearray(before * 1024 + 64 * 2**20)  # more than the whole peak so far, zero-filled: every page touched
+    assert peak_rss_kib() >= before + 64 * 1024
+    del block
