@@ -325,7 +325,9 @@ class BackendConfig:
     and CUDA alike) for rollouts, old and reference log-probs and the update, while the trained weights and AdamW's
     state stay float32 (a 5e-7 step is not rounded away) and the log-softmax, loss and advantages are float32;
     rollouts read a bfloat16 copy and the reference is stored in bfloat16, whatever rollout_dtype and
-    reference_dtype say. docs/precision.md has the measurements. verl has its own mixed precision (FSDP)."""
+    reference_dtype say. The cpu-demo, quick and smoke presets use 'bf16-mixed'; docs/precision.md has the
+    measurements. verl runs its own mixed precision whatever this says: FSDP with float32 masters and bfloat16
+    products (its `mixed_precision.param_dtype`), and bfloat16 rollouts in vLLM — the 'bf16-mixed' recipe."""
 
 
 @dataclass
@@ -657,8 +659,6 @@ def _check_relations(config: RunConfig) -> list[FieldError]:
             errors.append(FieldError("grpo.drop_uniform_groups", "is supported by the torch backend only"))
         if config.backend.reference_dtype != "policy":
             errors.append(FieldError("backend.reference_dtype", "is supported by the torch backend only"))
-        if config.backend.precision != "fp32":
-            errors.append(FieldError("backend.precision", "is supported by the torch backend only"))
         if grpo.rollout_correction != "none":
             errors.append(FieldError("grpo.rollout_correction", "is supported by the torch backend only"))
         errors += _verl_loss_errors(grpo)

@@ -58,11 +58,11 @@ by step 40 the static baseline of seed 0 answered 13 of 97 single-hop test quest
 
 
 def _cpu_demo() -> dict[str, Any]:
-    """A run that visibly learns the protocol and to answer in about 22 minutes on two idle cores (the cpu-demo
-    journal): SmolLM2-135M, the format-aware reward weighted towards searching, a reply that opens with a search
-    the policy completes, then an answer turn the environment opens with '<answer>', short turns, a population
-    seeded with a template of the protocol, evolutions by the offline `rules` optimizer, and the final evaluation
-    on the built-in test split."""
+    """A run that visibly learns the protocol and to answer in about 15 minutes on two idle cores that compute in
+    bfloat16 (22 in float32; docs/precision.md): SmolLM2-135M in bf16 mixed precision, the format-aware reward
+    weighted towards searching, a reply that opens with a search the policy completes, then an answer turn the
+    environment opens with '<answer>', short turns, a population seeded with a template of the protocol, evolutions
+    by the offline `rules` optimizer, and the final evaluation on the built-in test split."""
     return {
         "grpo": {
             "total_steps": 40,
@@ -102,7 +102,7 @@ def _cpu_demo() -> dict[str, Any]:
             "response_prefix": CPU_DEMO_OPENING,
             "final_turn_prefix": CPU_DEMO_ANSWER_OPENING,
         },
-        "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16"},
+        "backend": {"device": "cpu", "max_new_tokens": 40, "reference_dtype": "bfloat16", "precision": "bf16-mixed"},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 0},
         "checkpoint": {"checkpoint_every": 8, "keep_last": 1},
@@ -135,7 +135,7 @@ def _smoke() -> dict[str, Any]:
         "population": {"population_size": 3, "prune_every": 2},
         "evolution": {"evolve_every": 2, "evolve_until": 2, "n_candidates": 2, "n_failures": 2, "verify_samples": 2},
         "env": {"max_turns": 1, "max_turn_tokens": 24, "max_obs_tokens": 64, "max_prompt_length": 512},
-        "backend": {"device": "cpu", "max_new_tokens": 24},
+        "backend": {"device": "cpu", "max_new_tokens": 24, "precision": "bf16-mixed"},
         "optimizer": {"provider": "rules"},
         "eval": {"eval_every": 0, "eval_samples": 4},
         "checkpoint": {"checkpoint_every": 2, "keep_last": 2},

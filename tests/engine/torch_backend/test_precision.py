@@ -14,6 +14,7 @@ from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_mode
 from inspo_engine.backends.torch.precision import plan
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import ConfigError, GRPOConfig, RunConfig
+from inspo_engine.presets import preset
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 CPU = torch.device("cpu")
@@ -170,9 +171,17 @@ def test_a_stored_config_from_before_the_setting_loads_as_fp32():
     assert config.backend.precision == "fp32" and config.backend.rollout_dtype == "bfloat16"
 
 
-def test_precision_is_validated_and_refused_for_verl():
+def test_precision_is_validated_and_a_bf16_mixed_preset_moves_to_verl_whose_fsdp_runs_that_recipe():
     with pytest.raises(ConfigError, match=r"backend\.precision"):
         RunConfig().with_overrides({"backend.precision": "fp16"})
-    with pytest.raises(ConfigError, match=r"backend\.precision.*torch backend only"):
-        RunConfig().with_overrides({"backend.name": "verl", "backend.precision": "bf16-mixed"})
     assert RunConfig().with_overrides({"backend.precision": "bf16-mixed"}).backend.precision == "bf16-mixed"
+    on_verl = preset("smoke").with_overrides({"backend.name": "verl"})
+    assert on_verl.backend.precision == "bf16-mixed"
+
+
+def test_the_torch_presets_compute_in_bf16_mixed_and_a_stored_fp32_run_keeps_fp32():
+    assert {name: preset(name).backend.precision for name in ("cpu-demo", "quick", "smoke")} == dict.fromkeys(
+        ("cpu-demo", "quick", "smoke"), "bf16-mixed"
+    )
+    stored = preset("cpu-demo").with_overrides({"backend.precision": "fp32"}).to_dict()
+    assert RunConfig.from_dict(stored).backend.precision == "fp32"
