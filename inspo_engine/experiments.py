@@ -290,8 +290,9 @@ def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
     last = max(steps, default=0)
     machine = next((e.machine or None for e in reversed(events) if isinstance(e, RunStarted)), None)
     peaks = [e.peak_rss_kib for e in ends if e.peak_rss_kib]
-    unfinished = RunOutcome(False, last, rewards, machine=machine, minutes=_minutes(events))
-    unfinished = replace(unfinished, peak_rss_kib=max(peaks, default=None))
+    unfinished = RunOutcome(
+        False, last, rewards, machine=machine, minutes=_minutes(events), peak_rss_kib=max(peaks, default=None)
+    )
     if not ends or ends[-1].status != "finished":
         return unfinished
     path = evaluation_file(run_dir, ends[-1].step, benchmark)
