@@ -51,6 +51,8 @@ class TorchBackend:
     ) -> None:
         self.device = pick_device(config.backend.device)
         self.on_cpu = self.device.type == "cpu"
+        if self.on_cpu:
+            heap.bound_kernel_cache()  # before this process's first bfloat16 product
         backend = config.backend
         self.precision = plan(
             backend.precision, rollout_dtype=backend.rollout_dtype, reference_dtype=backend.reference_dtype

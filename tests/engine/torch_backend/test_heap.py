@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -40,3 +41,63 @@ def test_release_hands_back_free_heap_pages() -> None:
     assert probe["freed"] - probe["before"] > 60 << 20, "the small tensors' pages should still be resident after free()"
     kept = probe["after"] - probe["before"]
     assert kept < 20 << 20, f"{kept >> 20} MiB stayed resident after release()"
+
+
+# 400 bfloat16 products of 400 different shapes: oneDNN compiles a kernel for each and keeps up to its cache's
+# capacity of them. `bound` is either the shipped default (`bound_kernel_cache()`) or oneDNN's own 1,024.
+KERNELS = """
+import os, sys, torch
+from inspo_engine.backends.torch import heap
+
+if sys.argv[1] == "default":
+    os.environ.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
+    heap.bound_kernel_cache()
+else:
+    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = sys.argv[1]
+
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+
+torch.set_num_threads(1)
+weight, rows = torch.randn(1536, 576).bfloat16(), torch.randn(400, 576).bfloat16()
+out = torch.empty(400, 1536, dtype=torch.bfloat16)
+torch.mm(rows[:1], weight.T, out=out[:1])
+heap.release()
+before = rss()
+for n in range(2, 402):
+    torch.mm(rows[:n], weight.T, out=out[:n])
+heap.release()
+print(rss() - before)
+"""
+
+
+def _onednn_bfloat16() -> bool:
+    import torch
+
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def test_bound_kernel_cache_keeps_a_value_the_environment_sets(monkeypatch) -> None:
+    from inspo_engine.backends.torch import heap
+
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
+    heap.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    heap.bound_kernel_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(heap.KERNEL_CACHE)
+
+
+@glibc_only
+@pytest.mark.skipif(not _onednn_bfloat16(), reason="bfloat16 products run in oneDNN only with AVX512-BF16 or AMX")
+def test_the_bounded_kernel_cache_keeps_less_memory_than_onednns_default() -> None:
+    grown = {}
+    for bound in ("default", "1024"):
+        out = subprocess.run(
+            [sys.executable, "-c", KERNELS, bound], capture_output=True, text=True, check=True, timeout=120
+        )
+        grown[bound] = int(out.stdout.strip().splitlines()[-1])
+    saved = grown["1024"] - grown["default"]
+    assert saved > 60 << 20, f"400 kernels kept {grown['1024'] >> 20} MiB with 1,024, {grown['default'] >> 20} bounded"
