@@ -9,11 +9,12 @@ more, but every KV-cache tensor would then be a fresh mapping: decoding took 35 
 kernel zeroing pages), so the threshold is left to glibc. Elsewhere (macOS, musl) `release` is a no-op.
 
 oneDNN, which runs the CPU's bfloat16 products (`backend.precision` 'bf16-mixed'), keeps every kernel it compiles,
-one per operation and matrix shape, up to `ONEDNN_PRIMITIVE_CACHE_CAPACITY` of them (1,024 by default). A GRPO
-step's shapes are new at every pass (each holds another number of tokens), so the cache only grows until it is
-full: a bf16-mixed cpu-demo process kept about 110 MB more per step that way, and never gave it back.
-`bound_kernel_cache` caps it at KERNEL_CACHE: the kernels that are reused (a decoding step's, for each batch size
-in turn) stay, the rest are compiled again.
+one per operation and matrix shape, up to `ONEDNN_PRIMITIVE_CACHE_CAPACITY` of them (1,024 by default), and ideep,
+PyTorch's layer over oneDNN, keeps beside it each product's prepared description per shape (`LRU_CACHE_CAPACITY`,
+1,024 too). A GRPO step's shapes are new at every pass (each holds another number of tokens), so both caches only
+grow until they are full: a bf16-mixed cpu-demo process kept about 110 MB more per step through the first and about
+90 MB through the second, and never gave it back. `bound_kernel_cache` caps both at KERNEL_CACHE: the entries that
+are reused (a decoding step's, for each batch size in turn) stay, the rest are made again.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import functools
 import os
 
 KERNEL_CACHE = 64
-"""oneDNN kernels a CPU training process keeps (`bound_kernel_cache`). The bf16-mixed cpu-demo's seed 1, run again
-alone with this bound, peaked at 5,335,292 KiB instead of 6,374,072 with oneDNN's 1,024, in 15.9 minutes instead of
-15.5, with the same rewards at every step and the same test EM (docs/precision.md). Keeping none ran 2.3× slower."""
+"""Entries each of the two caches keeps in a CPU training process (`bound_kernel_cache`). The bf16-mixed cpu-demo's
+seed 1, run again alone, peaked at 6,374,072 KiB with both at 1,024, 5,335,292 with oneDNN's at 64 and 4,644,700
+with both at 64, in 15.5, 15.9 and 14.9 minutes, with the same rewards at every step and the same test EM
+(docs/precision.md). Keeping no kernels at all ran 2.3× slower."""
 
 
 @functools.cache
@@ -48,8 +50,14 @@ def release() -> bool:
     return bool(libc.malloc_trim(ctypes.c_size_t(0))) if libc is not None else False
 
 
+KERNEL_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+"""oneDNN's kernel cache, and the cache of ideep (PyTorch's layer over oneDNN) that keeps each product's prepared
+description per shape beside it: both grow with every new shape, both default to 1,024 entries."""
+
+
 def bound_kernel_cache(capacity: int = KERNEL_CACHE) -> None:
-    """Cap oneDNN's kernel cache at `capacity`, unless the environment sets `ONEDNN_PRIMITIVE_CACHE_CAPACITY`
-    already. oneDNN reads the variable once, when the process compiles its first kernel, so call this before the
-    first bfloat16 product."""
-    os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(capacity))
+    """Cap oneDNN's kernel cache and ideep's at `capacity` entries each, unless the environment sets the variable
+    already. Both are read once, when the process runs its first such product, so call this before the first
+    bfloat16 product."""
+    for variable in KERNEL_CACHES:
+        os.environ.setdefault(variable, str(capacity))

@@ -44,16 +44,17 @@ def test_release_hands_back_free_heap_pages() -> None:
 
 
 # 400 bfloat16 products of 400 different shapes: oneDNN compiles a kernel for each and keeps up to its cache's
-# capacity of them. `bound` is either the shipped default (`bound_kernel_cache()`) or oneDNN's own 1,024.
+# capacity of them (ideep too, its prepared description). The bound is either the shipped default
+# (`bound_kernel_cache()`) or oneDNN's own 1,024, set in the environment first (which `bound_kernel_cache` keeps).
 KERNELS = """
 import os, sys, torch
 from inspo_engine.backends.torch import heap
 
-if sys.argv[1] == "default":
-    os.environ.pop("ONEDNN_PRIMITIVE_CACHE_CAPACITY", None)
-    heap.bound_kernel_cache()
-else:
-    os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] = sys.argv[1]
+for variable in heap.KERNEL_CACHES:
+    os.environ.pop(variable, None)
+    if sys.argv[1] != "default":
+        os.environ[variable] = sys.argv[1]
+heap.bound_kernel_cache()
 
 def rss():
     for line in open("/proc/self/status"):
@@ -79,15 +80,17 @@ def _onednn_bfloat16() -> bool:
     return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
-def test_bound_kernel_cache_keeps_a_value_the_environment_sets(monkeypatch) -> None:
+def test_bound_kernel_cache_keeps_values_the_environment_sets(monkeypatch) -> None:
     from inspo_engine.backends.torch import heap
 
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "512")
+    for variable in heap.KERNEL_CACHES:
+        monkeypatch.setenv(variable, "512")
     heap.bound_kernel_cache()
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "512"
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    assert [os.environ[variable] for variable in heap.KERNEL_CACHES] == ["512", "512"]
+    for variable in heap.KERNEL_CACHES:
+        monkeypatch.delenv(variable)
     heap.bound_kernel_cache()
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(heap.KERNEL_CACHE)
+    assert [os.environ[variable] for variable in heap.KERNEL_CACHES] == [str(heap.KERNEL_CACHE)] * 2
 
 
 @glibc_only
@@ -100,4 +103,4 @@ def test_the_bounded_kernel_cache_keeps_less_memory_than_onednns_default() -> No
         )
         grown[bound] = int(out.stdout.strip().splitlines()[-1])
     saved = grown["1024"] - grown["default"]
-    assert saved > 60 << 20, f"400 kernels kept {grown['1024'] >> 20} MiB with 1,024, {grown['default'] >> 20} bounded"
+    assert saved > 60 << 20, f"400 shapes kept {grown['1024'] >> 20} MiB with 1,024, {grown['default'] >> 20} bounded"
