@@ -14,6 +14,15 @@ copies of the same initial model, and prints the median seconds of each phase an
 
     .venv/bin/python bench/step.py --paths [--questions 4] [--group 4] [--repeats 3] [--threads 1]
 
+With `--attention`, it times the reference pass and the update on the shared-prefix path with its attention computed
+two ways, alternating on fresh copies of the same model: `dense`, one masked attention over each whole packed row
+(prompt + G continuations, every query against every key), and `segments`, the prompt causally and each
+continuation against the prompt and itself (`prefix.Segments`). `--repeat-responses K` repeats each rollout's
+response K times, for the longer rows of later training steps.
+
+    .venv/bin/python bench/step.py --attention [--questions 4] [--group 8] [--repeats 2] [--repeat-responses 3]
+        [--precision fp32]
+
 With `--precision fp32 bf16-mixed`, it runs the static baseline once at each `backend.precision` and prints the
 phases side by side, with the rollout mismatch the bf16-mixed run logged (`--device cuda` runs on the GPU).
 
@@ -28,9 +37,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
+from inspo_engine.backends.torch import prefix
 from inspo_engine.backends.torch.backend import TorchBackend
 from inspo_engine.backends.torch.grpo import GRPOTrainer, TrainPath
 from inspo_engine.backends.torch.samples import TrainSample
@@ -145,6 +156,41 @@ def compare_paths(args: argparse.Namespace) -> None:
         print(f"| {key} | {full:.2f} | {shared:.2f} | {full / shared:.2f}× |")
 
 
+def compare_attention(args: argparse.Namespace) -> None:
+    precision = (args.precision or ["fp32"])[0]
+    config = config_for("static", args, precision)
+    backend, samples = rollout_samples(config, args)
+    k = args.repeat_responses
+    samples = [TrainSample(s.prompt_ids, s.response_ids * k, s.response_mask * k, s.advantage) for s in samples]
+    initial, compute = backend.trainer.policy, backend.trainer.compute_dtype
+    keep = prefix.Layout.model_inputs
+
+    def dense(layout: prefix.Layout) -> dict[str, Any]:
+        inputs = keep(layout)
+        inputs.pop("segments", None)
+        return inputs
+
+    timings: dict[str, list[dict[str, float]]] = {"dense": [], "segments": []}
+    for _ in range(args.repeats):
+        for name in timings:
+            prefix.Layout.model_inputs = dense if name == "dense" else keep  # type: ignore[method-assign]
+            policy = copy.deepcopy(initial)
+            trainer = GRPOTrainer(policy, backend.tokenizer, config.grpo, device=backend.device, compute_dtype=compute)
+            timings[name].append(trainer.update(samples).timings)
+            del trainer, policy
+    prefix.Layout.model_inputs = keep  # type: ignore[method-assign]
+    response = sum(len(s.response_ids) for s in samples)
+    print(
+        f"{len(samples)} rollouts ({args.questions} questions × G={args.group}, responses repeated {k}×), "
+        f"{response} response tokens, SmolLM2-135M on CPU in {precision}, {torch.get_num_threads()} thread(s), "
+        f"median of {args.repeats} alternating runs\n"
+    )
+    print("| seconds per step | dense masked rows | segments | segments ÷ dense |\n|---|---:|---:|---:|")
+    for key in ("ref_logprobs", "update"):
+        dense_s, segments_s = (statistics.median(t[key] for t in timings[name]) for name in timings)
+        print(f"| {key} | {dense_s:.2f} | {segments_s:.2f} | {segments_s / dense_s:.2f}× |")
+
+
 def _phase(timings: dict[str, float], key: str) -> float:
     return timings["ref_logprobs"] + timings["update"] if key == "both" else timings[key]
 
@@ -156,12 +202,17 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--paths", action="store_true", help="compare the full and shared-prefix GRPO paths")
     parser.add_argument("--repeats", type=int, default=3, help="with --paths: alternating runs of each path")
+    parser.add_argument("--attention", action="store_true", help="dense masked rows against segments, shared path")
+    parser.add_argument("--repeat-responses", type=int, default=1, help="with --attention: each response K times")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16-mixed"], help="static runs at each, one table")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.attention:
+        compare_attention(args)
+        return
     if args.precision:
         compare_precisions(args)
         return

@@ -248,6 +248,7 @@ class CoEvolution:
                 backend=self.backend.name,
                 optimizer_model=self.optimizer.model if self.optimizer else None,
                 machine=describe_machine(),
+                precision=self.backend.computes_in,
             )
         )
         if not self.progress.step and not self.population.members:

@@ -319,13 +319,16 @@ class BackendConfig:
     initial weights) or 'bfloat16' (its linear and embedding weights rounded to bfloat16 and widened to float32 at
     each use: the reference pass still computes in float32, in half the memory — 0.27 GB for SmolLM2-135M; the
     docs give the measured log-prob difference). verl keeps its own reference (FSDP); LoRA runs need no copy."""
-    precision: Literal["fp32", "bf16-mixed"] = "fp32"
-    """Numeric precision of the torch backend. 'fp32': float32 weights and products (rollout_dtype and
+    precision: Literal["auto", "fp32", "bf16-mixed"] = "fp32"
+    """Numeric precision of the torch backend. 'auto': 'bf16-mixed' where bfloat16 products run natively (a CUDA GPU
+    of compute capability 8.0 or later, a CPU with AVX512-BF16 or AMX), 'fp32' elsewhere — decided when the run
+    starts, recorded in its run_started event; without those instructions bfloat16 is emulated and slower than
+    float32. 'fp32': float32 weights and products (rollout_dtype and
     reference_dtype may still ask for bfloat16 copies). 'bf16-mixed': bfloat16 matrix products under autocast (CPU
     and CUDA alike) for rollouts, old and reference log-probs and the update, while the trained weights and AdamW's
     state stay float32 (a 5e-7 step is not rounded away) and the log-softmax, loss and advantages are float32;
     rollouts read a bfloat16 copy and the reference is stored in bfloat16, whatever rollout_dtype and
-    reference_dtype say. The cpu-demo, quick and smoke presets use 'bf16-mixed'; docs/precision.md has the
+    reference_dtype say. The cpu-demo, quick and smoke presets use 'auto'; docs/precision.md has the
     measurements. verl runs its own mixed precision whatever this says: FSDP with float32 masters and bfloat16
     products (its `mixed_precision.param_dtype`), and bfloat16 rollouts in vLLM — the 'bf16-mixed' recipe."""
 

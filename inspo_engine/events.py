@@ -82,6 +82,9 @@ class RunStarted(Event):
     optimizer_model: str | None = None
     machine: dict[str, str] = field(default_factory=dict)
     """What the run computes on (`machine.describe`); empty in events written before it was recorded."""
+    precision: str = ""
+    """What its products run in ('fp32' or 'bf16-mixed': `backend.precision` resolved on this machine); empty in
+    events written before it was recorded."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,11 @@ def describe(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
     return machine
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> list[str]:
+    """Those of MATRIX_FLAGS this machine's CPU has (empty where /proc/cpuinfo cannot be read)."""
+    return _cpu(cpuinfo)[1]
+
+
 def peak_rss_kib() -> int:
     """This process's resident-set peak so far, in KiB (Linux's `ru_maxrss`, as `VmHWM`); 0 where unknown."""
     try:

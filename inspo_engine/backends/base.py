@@ -53,6 +53,8 @@ class PolicyBackend(Protocol):
     failures raise."""
 
     name: str
+    computes_in: str
+    """The precision its products run in ('fp32' or 'bf16-mixed'): `backend.precision` as resolved on this machine."""
 
     def rollout(self, requests: Sequence[RolloutRequest], group_size: int) -> list[list[Trajectory]]:
         """G trajectories per request, one group per request, in request order, with rewards filled in."""

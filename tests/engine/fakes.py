@@ -44,6 +44,7 @@ class ScriptedBackend:
     """A policy whose reward is a Bernoulli draw with a success rate set by the instruction's phrases."""
 
     name = "scripted"
+    computes_in = "fp32"
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)

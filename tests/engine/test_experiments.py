@@ -226,6 +226,7 @@ def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(
     assert all(p.stat().st_size > 5000 for p in pictures)
     started = [e for e in read_events(tmp_path / "static-s0" / "events.jsonl") if isinstance(e, RunStarted)]
     recorded = started[0].machine
+    assert started[0].precision == "fp32"  # what the backend computed in
     assert recorded["cpu"] == describe()["cpu"] and recorded["python"] == describe()["python"]
     assert results["machines"] == [{"machine": recorded, "runs": ["static-s0", "random-pool-s0", "static-s1"]}]
     assert "different machines" not in results_markdown(results)

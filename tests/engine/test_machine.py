@@ -3,7 +3,7 @@ and threads once torch is loaded."""
 
 import torch
 
-from inspo_engine.machine import describe, peak_rss_kib
+from inspo_engine.machine import cpu_flags, describe, peak_rss_kib
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -23,6 +23,7 @@ def test_the_cpu_model_and_its_matrix_extensions_are_read_from_cpuinfo(tmp_path)
     assert machine["cpu_flags"] == "amx_bf16 amx_tile avx512_bf16 avx512f avx2"
     assert machine["torch"] == torch.__version__ and machine["threads"] == str(torch.get_num_threads())
     assert "gpu" not in machine or torch.cuda.is_initialized()
+    assert cpu_flags(path) == ["amx_bf16", "amx_tile", "avx512_bf16", "avx512f", "avx2"]
 
 
 def test_without_cpuinfo_the_platform_names_the_processor(tmp_path):

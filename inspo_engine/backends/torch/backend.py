@@ -21,7 +21,7 @@ from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
 from .grpo import FORWARD_TOKENS, GRPOTrainer, scaled_advantages
 from .model import load_policy, pick_device, resolve_model
-from .precision import NARROW_DTYPES, plan
+from .precision import NARROW_DTYPES, plan, resolve
 from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample
 
@@ -55,8 +55,11 @@ class TorchBackend:
             heap.bound_kernel_cache()  # before this process's first bfloat16 product
         backend = config.backend
         self.precision = plan(
-            backend.precision, rollout_dtype=backend.rollout_dtype, reference_dtype=backend.reference_dtype
+            resolve(backend.precision, self.device),
+            rollout_dtype=backend.rollout_dtype,
+            reference_dtype=backend.reference_dtype,
         )
+        self.computes_in: str = self.precision.name
         path = model_path or resolve_model(backend.model, cache_dir)
         # the CPU's pass budget bounds its heap; a GPU runs larger passes (more work per kernel, same results)
         forward_tokens = FORWARD_TOKENS if self.on_cpu else GPU_FORWARD_TOKENS

@@ -507,12 +507,7 @@ def layout_logprobs(parts: CausalLMParts, layout: Layout) -> tuple[torch.Tensor,
 
 
 def _head_logprobs(parts: CausalLMParts, layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
-    out = parts.decoder(
-        input_ids=layout.input_ids,
-        attention_mask=layout.attention_mask,
-        position_ids=layout.position_ids,
-        use_cache=False,
-    )
+    out = parts.decoder(**layout.model_inputs(), use_cache=False)
     hidden: torch.Tensor = out.last_hidden_state
     return target_logprobs(parts.head, hidden[layout.row, layout.col], layout.targets)
 

@@ -10,6 +10,11 @@ run in, and the autocast region that joins them; it knows dtypes and devices, no
   itself (the log-softmax of the output head, the loss, the advantages, the KL) stays float32. Rollouts read a
   bfloat16 copy of the policy refreshed after every update, and the frozen reference is stored in bfloat16.
 
+`auto` (the torch presets' choice) is `bf16-mixed` where bfloat16 products run natively — a CUDA GPU that has them
+(Ampere or later), a CPU with AVX512-BF16 or AMX — and `fp32` elsewhere: on an AVX512 CPU without them, oneDNN
+emulates bfloat16 and the update ran 2.5× slower than in float32 (docs/precision.md). `resolve` decides it once, when
+the backend starts, and the run's `RunStarted` event records what it chose.
+
 Why the masters stay float32: an AdamW step changes a weight by about lr (5e-7 in the paper), while bfloat16 keeps 8
 significant bits — a weight of magnitude w moves only by a step of at least w · 2⁻⁹, so updating bfloat16 weights
 in place rounds nearly every such step away (`tests/engine/torch_backend/test_precision.py` shows both).
@@ -18,12 +23,18 @@ in place rounds nearly every such step away (`tests/engine/torch_backend/test_pr
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
+from ...machine import cpu_flags
+
 Precision = Literal["fp32", "bf16-mixed"]
+PrecisionSetting = Literal["auto", "fp32", "bf16-mixed"]
+NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+"""CPU flags of instructions that compute bfloat16 products natively."""
 NarrowDtype = Literal["policy", "bfloat16"]
 
 NARROW_DTYPES: dict[str, torch.dtype | None] = {"policy": None, "bfloat16": torch.bfloat16}
@@ -47,6 +58,31 @@ class PrecisionPlan:
     def autocast(self, device: torch.device) -> contextlib.AbstractContextManager[None]:
         """The region the forward passes of the update and the old/reference log-probs run in."""
         return compute_region(device, self.compute)
+
+
+def resolve(setting: PrecisionSetting, device: torch.device, *, native: bool | None = None) -> Precision:
+    """The precision a `backend.precision` setting computes in on `device`: `auto` is `bf16-mixed` where bfloat16
+    products run natively (`native`, default `native_bfloat16(device)`), `fp32` elsewhere; the others are themselves.
+
+    >>> cpu = torch.device("cpu")
+    >>> resolve("auto", cpu, native=True), resolve("auto", cpu, native=False), resolve("fp32", cpu, native=True)
+    ('bf16-mixed', 'fp32', 'fp32')
+    """
+    if setting == "auto":
+        return "bf16-mixed" if (native_bfloat16(device) if native is None else native) else "fp32"
+    if setting in ("fp32", "bf16-mixed"):
+        return setting
+    raise ValueError(f"unknown precision {setting!r}; choose 'auto', 'fp32' or 'bf16-mixed'")
+
+
+def native_bfloat16(device: torch.device, flags: Sequence[str] | None = None) -> bool:
+    """Whether `device` multiplies bfloat16 matrices in hardware: a CUDA GPU without emulation (compute capability
+    8.0 or later), a CPU whose `flags` (default: this machine's, from /proc/cpuinfo) include AVX512-BF16 or AMX-BF16."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    if device.type == "cpu":
+        return any(flag in NATIVE_BF16_FLAGS for flag in (cpu_flags() if flags is None else flags))
+    return False
 
 
 def plan(

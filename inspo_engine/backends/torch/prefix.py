@@ -11,7 +11,9 @@ Two layouts, both listing the trained tokens (response_mask 1) in sample order, 
   last prompt position predicts the first token of every continuation, so its hidden state is used G times.
 
 The shared-prefix layout runs the model with the rollout engine's grouped attention (`GROUPED_SDPA`), which takes a
-4-D boolean mask; `takes_packed_mask` tells whether a model can switch to it.
+4-D boolean mask; `takes_packed_mask` tells whether a model can switch to it. The layout also carries its `Segments`,
+which the grouped attention uses instead of the mask: a dense masked attention over a row computes every query
+against every key, (prompt + G continuations)² scores of which a continuation needs only (prompt + itself) per query.
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers import PreTrainedModel
 
 from .rollout import GROUPED_SDPA
@@ -46,6 +50,19 @@ class Layout:
     """[N] the trained token ids."""
     counts: list[int]
     """Trained tokens of each sample, in sample order (they sum to N)."""
+    segments: Segments | None = None
+    """Where the prompt and each continuation of a packed row sit (shared-prefix layout)."""
+
+    def model_inputs(self) -> dict[str, Any]:
+        """The keyword arguments of a decoder forward over these rows (`segments` reaches the attention)."""
+        inputs: dict[str, Any] = {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+        }
+        if self.segments is not None:
+            inputs["segments"] = self.segments
+        return inputs
 
     @property
     def packed(self) -> bool:
@@ -112,11 +129,13 @@ def shared_prefix_layout(samples: Sequence[TrainSample], *, pad_id: int, device:
     segments: list[list[int]] = []
     positions: list[list[int]] = []
     place: dict[int, tuple[int, int]] = {}  # sample → (row, column of its first response token)
+    spans: list[tuple[int, int, int]] = []  # (row, start, length) of every continuation
     for row, (prompt, members) in enumerate(groups.items()):
         ids, segment, position = list(prompt), [0] * len(prompt), list(range(len(prompt)))
         for number, i in enumerate(members, start=1):
             response = samples[i].response_ids
             place[i] = (row, len(ids))
+            spans.append((row, len(ids), len(response)))
             ids += response
             segment += [number] * len(response)
             position += range(len(prompt), len(prompt) + len(response))
@@ -125,12 +144,14 @@ def shared_prefix_layout(samples: Sequence[TrainSample], *, pad_id: int, device:
         positions.append(position)
     input_ids, real = _pad(sequences, pad_id)
     mask = _segment_mask(segments, real, input_ids.shape[1])
+    prompt_lengths = [len(prompt) for prompt in groups]
     return Layout(
         input_ids.to(device),
         mask.to(device),
         _pad(positions, 0)[0].to(device),
         *_indices(*_shared_targets(samples, place), device),
         counts=[len(trained_positions(s)) for s in samples],
+        segments=Segments.plan(prompt_lengths, spans, input_ids.shape[1], device),
     )
 
 
@@ -165,6 +186,99 @@ def _segment_mask(segments: list[list[int]], real: torch.Tensor, width: int) -> 
     visible = (key == query) | ((key == 0) & (query >= 0))
     causal = columns[None, :] <= columns[:, None]
     return (visible & causal)[:, None]
+
+
+@dataclass(frozen=True)
+class Segments:
+    """A packed batch's rows as one prompt and its continuations, and the gathers that let attention read, for each
+    query, only the keys it may see: a prompt query its prompt (causally), a continuation's query the whole prompt
+    and its own continuation (causally).
+
+    `attend` runs two attention calls instead of one masked square: the rows' first `prompt` columns with the causal
+    kernel (a shorter prompt's row has continuation tokens there, whose outputs are dropped), then every
+    continuation, right-padded to `span` columns, against its row's first `prompt` columns and its own — keys
+    gathered per continuation, so a prompt key's gradient sums over the G continuations that read it.
+    """
+
+    prompt: int
+    """Columns of the prompt block: the longest prompt of the batch."""
+    span: int
+    """Columns of the continuation block: the longest continuation."""
+    queries: torch.Tensor
+    """[continuations × span] flat index (row × width + column) of each continuation's queries, padding clamped."""
+    keys: torch.Tensor
+    """[continuations × (prompt + span)] flat index of the keys each continuation reads: its row's prompt block,
+    then its own columns."""
+    mask: torch.Tensor
+    """[continuations, 1, span, prompt + span] bool, True = may attend: prompt keys of the row's own prompt, own
+    keys up to the query."""
+    source: torch.Tensor
+    """[rows × width] for each output position, its index in the prompt outputs followed by the continuation
+    outputs (flattened); padding takes index 0, and no real query reads it."""
+
+    @classmethod
+    def plan(
+        cls, prompt_lengths: list[int], spans: list[tuple[int, int, int]], width: int, device: torch.device
+    ) -> Segments:
+        """`prompt_lengths[r]`: row r's prompt; `spans`: (row, first column, length) of every continuation."""
+        prompt, span = max(prompt_lengths), max(length for _, _, length in spans)
+        rows = torch.tensor([row for row, _, _ in spans], dtype=torch.long)
+        starts = torch.tensor([start for _, start, _ in spans], dtype=torch.long)
+        steps = torch.arange(span)
+        own = (starts[:, None] + steps).clamp(max=width - 1)
+        queries = rows[:, None] * width + own
+        keys = torch.cat([rows[:, None] * width + torch.arange(prompt), queries], dim=1)
+        in_prompt = torch.arange(prompt)[None, :] < torch.tensor(prompt_lengths)[rows][:, None]
+        causal = steps[None, :] <= steps[:, None]
+        mask = torch.cat([in_prompt[:, None, :].expand(-1, span, -1), causal.expand(len(spans), -1, -1)], dim=2)
+        source = torch.zeros(len(prompt_lengths), width, dtype=torch.long)
+        for row, length in enumerate(prompt_lengths):
+            source[row, :length] = row * prompt + torch.arange(length)
+        first = len(prompt_lengths) * prompt
+        for j, (row, start, length) in enumerate(spans):
+            source[row, start : start + length] = first + j * span + torch.arange(length)
+        return cls(
+            prompt,
+            span,
+            queries.flatten().to(device),
+            keys.flatten().to(device),
+            mask[:, None].to(device),
+            source.flatten().to(device),
+        )
+
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """Attention of `query` [rows, q_heads, width, dim] over `key`, `value` [rows, kv_heads, width, dim];
+        returns [rows, width, q_heads, dim] (transformers' layout after attention)."""
+        rows, q_heads, width, dim = query.shape
+        kv_heads = key.shape[1]
+        prompt = F.scaled_dot_product_attention(
+            query[:, :, : self.prompt],
+            key[:, :, : self.prompt],
+            value[:, :, : self.prompt],
+            is_causal=True,
+            scale=scale,
+            enable_gqa=q_heads != kv_heads,
+        )
+        n = self.mask.shape[0]
+
+        def gather(states: torch.Tensor, index: torch.Tensor, length: int) -> torch.Tensor:
+            heads = states.shape[1]
+            flat = states.transpose(1, 2).reshape(rows * width, heads, dim)
+            return flat.index_select(0, index).view(n, length, heads, dim).transpose(1, 2)
+
+        keys = self.prompt + self.span
+        own = F.scaled_dot_product_attention(
+            gather(query, self.queries, self.span),
+            gather(key, self.keys, keys),
+            gather(value, self.keys, keys),
+            attn_mask=self.mask,
+            scale=scale,
+            enable_gqa=q_heads != kv_heads,
+        )
+        outputs = torch.cat(
+            [prompt.transpose(1, 2).reshape(-1, q_heads, dim), own.transpose(1, 2).reshape(-1, q_heads, dim)]
+        )
+        return outputs.index_select(0, self.source).view(rows, width, q_heads, dim)
 
 
 @contextmanager

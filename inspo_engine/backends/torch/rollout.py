@@ -169,11 +169,15 @@ def _grouped_sdpa(
     The query heads that share a key/value head are folded into the query-length axis, so one SDPA call per
     key/value head serves them all; the boolean mask is repeated to match. When the engine's cache holds shared
     prefixes (`rollout_cache`), `key` and `value` are the rows' own columns and each row's prefix is attended to
-    separately (`_with_prefixes`). Returns (batch, length, heads, dim).
+    separately (`_with_prefixes`). A training layout's packed rows (`segments`, a `prefix.Segments`) are attended
+    to segment by segment instead of through their mask. Returns (batch, length, heads, dim).
     """
     window = kwargs.get("sliding_window")
     if kwargs.get("softcap") is not None or (window is not None and key.shape[2] > window):
         raise NotImplementedError(f"{GROUPED_SDPA} supports neither logit soft-capping nor sliding-window attention")
+    segments = kwargs.get("segments")
+    if segments is not None:  # a training layout's packed rows (`prefix.Segments`)
+        return segments.attend(query, key, value, scaling), None
     batch, q_heads, length, dim = query.shape
     kv_heads = key.shape[1]
     group = q_heads // kv_heads
@@ -479,7 +483,8 @@ def _packed(weight: torch.Tensor) -> torch.Tensor:
 
 
 def _onednn_bfloat16() -> bool:
-    """Whether this PyTorch build and CPU run oneDNN's bfloat16 kernels (AVX512-BF16 or AMX)."""
+    """Whether this PyTorch build and CPU run oneDNN's bfloat16 kernels: natively with AVX512-BF16 or AMX, emulated
+    on other AVX512 CPUs (slower than float32 there; `precision.native_bfloat16` tells the two apart)."""
     available = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]  # untyped in torch
     return bool(available and torch.ops.mkldnn._is_mkldnn_bf16_supported())
 

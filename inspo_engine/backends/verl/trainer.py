@@ -104,6 +104,7 @@ class VerlPolicy:
     Hugging Face directory. Training rollouts and updates are verl's own, so `rollout`/`update`/`load` refuse."""
 
     name = "verl"
+    computes_in = "bf16-mixed"  # FSDP's float32 masters with bfloat16 products, vLLM in bfloat16
 
     def __init__(
         self,

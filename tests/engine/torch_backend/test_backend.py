@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from inspo_engine.backends.torch.backend import TorchBackend
+from inspo_engine.backends.torch.precision import native_bfloat16
 from inspo_engine.env.builtin import builtin_dataset
 from inspo_engine.presets import preset
 from inspo_engine.types import RolloutRequest
@@ -23,6 +24,13 @@ def backend():
 def requests(n=2):
     questions = builtin_dataset().train[:n]
     return [RolloutRequest("ins-0000", CONFIG.population.seed_instruction, q) for q in questions]
+
+
+def test_the_smoke_preset_computes_in_what_auto_resolves_to_on_this_machine(backend):
+    assert CONFIG.backend.precision == "auto"
+    native = native_bfloat16(torch.device("cpu"))
+    assert backend.computes_in == ("bf16-mixed" if native else "fp32")
+    assert backend.trainer.compute_dtype == (torch.bfloat16 if native else None)
 
 
 def test_rollouts_come_back_in_groups_with_rewards_and_masks(backend):

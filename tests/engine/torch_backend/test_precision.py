@@ -11,7 +11,7 @@ import torch
 
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
-from inspo_engine.backends.torch.precision import plan
+from inspo_engine.backends.torch.precision import native_bfloat16, plan, resolve
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import ConfigError, GRPOConfig, RunConfig
 from inspo_engine.presets import preset
@@ -171,17 +171,37 @@ def test_a_stored_config_from_before_the_setting_loads_as_fp32():
     assert config.backend.precision == "fp32" and config.backend.rollout_dtype == "bfloat16"
 
 
-def test_precision_is_validated_and_a_bf16_mixed_preset_moves_to_verl_whose_fsdp_runs_that_recipe():
+def test_precision_is_validated_and_a_preset_moves_to_verl_whose_fsdp_runs_bf16_mixed_whatever_it_says():
     with pytest.raises(ConfigError, match=r"backend\.precision"):
         RunConfig().with_overrides({"backend.precision": "fp16"})
-    assert RunConfig().with_overrides({"backend.precision": "bf16-mixed"}).backend.precision == "bf16-mixed"
-    on_verl = preset("smoke").with_overrides({"backend.name": "verl"})
-    assert on_verl.backend.precision == "bf16-mixed"
+    for setting in ("auto", "fp32", "bf16-mixed"):
+        assert RunConfig().with_overrides({"backend.precision": setting}).backend.precision == setting
+        on_verl = preset("smoke").with_overrides({"backend.name": "verl", "backend.precision": setting})
+        assert on_verl.backend.precision == setting
 
 
-def test_the_torch_presets_compute_in_bf16_mixed_and_a_stored_fp32_run_keeps_fp32():
+def test_the_torch_presets_choose_auto_and_a_stored_fp32_run_keeps_fp32():
     assert {name: preset(name).backend.precision for name in ("cpu-demo", "quick", "smoke")} == dict.fromkeys(
-        ("cpu-demo", "quick", "smoke"), "bf16-mixed"
+        ("cpu-demo", "quick", "smoke"), "auto"
     )
     stored = preset("cpu-demo").with_overrides({"backend.precision": "fp32"}).to_dict()
     assert RunConfig.from_dict(stored).backend.precision == "fp32"
+
+
+def test_auto_computes_in_bf16_mixed_only_where_bfloat16_products_are_native():
+    assert resolve("auto", CPU, native=True) == "bf16-mixed"
+    assert resolve("auto", CPU, native=False) == "fp32"
+    for setting in ("fp32", "bf16-mixed"):  # an explicit choice is kept on any machine
+        assert resolve(setting, CPU, native=True) == resolve(setting, CPU, native=False) == setting
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        resolve("fp16", CPU)  # type: ignore[arg-type]  # what a config from elsewhere could hold
+    assert native_bfloat16(CPU, ["avx2", "avx512f", "avx512_bf16"])
+    assert native_bfloat16(CPU, ["avx2", "avx512f", "amx_bf16", "amx_tile"])
+    assert not native_bfloat16(CPU, ["avx2", "avx512f"])  # AVX512 alone: oneDNN emulates bfloat16
+    assert not native_bfloat16(torch.device("meta"))
+
+
+def test_this_machines_cpu_flags_agree_with_what_torch_detects():
+    """/proc/cpuinfo, which `auto` reads, against torch's own CPUID checks on the machine running the tests."""
+    torch_native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    assert native_bfloat16(CPU) == torch_native

@@ -31,7 +31,13 @@ from inspo_engine.backends.torch.grpo import (
 )
 from inspo_engine.backends.torch.logits import split_causal_lm
 from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
-from inspo_engine.backends.torch.prefix import Layout, padded_layout, shared_prefix_layout, takes_packed_mask
+from inspo_engine.backends.torch.prefix import (
+    Layout,
+    Segments,
+    padded_layout,
+    shared_prefix_layout,
+    takes_packed_mask,
+)
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import GRPOConfig
 
@@ -116,6 +122,70 @@ def test_both_layouts_refuse_malformed_samples():
             make([TrainSample([1], [2, 3], [1], 0.0)], pad_id=0, device=CPU)
         with pytest.raises(ValueError, match="prompt token"):
             make([TrainSample([], [2], [1], 0.0)], pad_id=0, device=CPU)
+
+
+def test_the_segments_of_a_packed_row_gather_the_prompt_block_then_each_continuation_of_the_longest_span():
+    samples = [
+        TrainSample([1, 2], [5], [1], 0.0),
+        TrainSample([3], [6, 7], [0, 1], 0.0),
+        TrainSample([1, 2], [8, 9], [1, 1], 0.0),
+    ]
+    segments = shared_prefix_layout(samples, pad_id=0, device=CPU).segments
+    assert segments is not None
+    assert (segments.prompt, segments.span) == (2, 2)
+    # rows of width 5: [1 2 5 8 9] and [3 6 7 pad pad]; continuations (0, 2, 1), (0, 3, 2), (1, 1, 2)
+    assert segments.queries.view(3, 2).tolist() == [[2, 3], [3, 4], [6, 7]]  # the first one's padding clamped
+    assert segments.keys.view(3, 4).tolist() == [[0, 1, 2, 3], [0, 1, 3, 4], [5, 6, 6, 7]]
+    assert segments.mask[:, 0].int().tolist() == [
+        [[1, 1, 1, 0], [1, 1, 1, 1]],
+        [[1, 1, 1, 0], [1, 1, 1, 1]],
+        [[1, 0, 1, 0], [1, 0, 1, 1]],  # row 1's prompt is one token: its second prompt column is another's
+    ]
+    # outputs: prompt blocks (2 rows × 2) first, then continuations (3 × 2); padding points at 0
+    assert segments.source.view(2, 5).tolist() == [[0, 1, 4, 6, 7], [2, 8, 9, 0, 0]]
+
+
+def _dense_attention(query, key, value, mask):
+    """The reference: every query against every key of its row through the 4-D mask, keys repeated per head."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    scores = query @ key.transpose(-1, -2) / query.shape[-1] ** 0.5
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (weights @ value).transpose(1, 2)
+
+
+def test_segmented_attention_equals_the_dense_masked_attention_and_its_gradients_on_real_tokens():
+    """Three rows with prompts of 7, 3 and 5 tokens and 1-3 continuations of 1-6 tokens, grouped-query heads
+    (6 query heads over 2 key/value heads), in float64: the outputs of every real token and the gradients of
+    query, key and value agree to rounding."""
+    generator = torch.Generator().manual_seed(0)
+    groups = [(7, [4, 1, 6]), (3, [2]), (5, [5, 3])]
+    samples = [
+        TrainSample(list(range(1 + 10 * r, 1 + 10 * r + prompt)), [99] * length, [1] * length, 0.0)
+        for r, (prompt, lengths) in enumerate(groups)
+        for length in lengths
+    ]
+    layout = shared_prefix_layout(samples, pad_id=0, device=CPU)
+    assert layout.segments is not None
+    rows, width = layout.input_ids.shape
+    real = layout.attention_mask[:, 0].diagonal(dim1=-2, dim2=-1) & (layout.input_ids != 0)
+
+    def inputs(heads: int) -> torch.Tensor:
+        return torch.randn(rows, heads, width, 8, generator=generator, dtype=torch.float64, requires_grad=True)
+
+    query, key, value = inputs(6), inputs(2), inputs(2)
+    upstream = torch.randn(rows, width, 6, 8, generator=generator, dtype=torch.float64) * real[..., None, None]
+    results = []
+    for attend in (lambda: _dense_attention(query, key, value, layout.attention_mask),
+                   lambda: layout.segments.attend(query, key, value, None)):  # fmt: skip
+        out = attend()
+        grads = torch.autograd.grad((out * upstream).sum(), (query, key, value))
+        results.append((out[real], grads))
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12)
+    assert want_grads[1].abs().sum() > 0
 
 
 # -- on SmolLM2-135M -------------------------------------------------------------------------------------------
@@ -361,3 +431,29 @@ def test_a_model_whose_attention_cannot_take_a_4d_mask_falls_back_to_the_selecti
     assert trainer.path == "selective"
     _assert_rows_close(trainer.reference_logprob_rows(samples), _full_rows(neo, samples))
     assert trainer.update(samples).metrics["optimizer_steps"] == 1.0
+
+
+def test_the_trainer_attends_segment_by_segment_in_the_forward_and_in_the_recomputing_backward(
+    smollm2, samples, monkeypatch
+):
+    """The layout's segments reach every attention call of an update — forward, and the checkpointed blocks'
+    recomputation in backward — so no block falls back to the dense masked square."""
+    base, tokenizer = smollm2
+    tiny = _tiny(base)
+    calls = {"segments": 0}
+    attend = Segments.attend
+
+    def counted(self, *args):
+        calls["segments"] += 1
+        return attend(self, *args)
+
+    monkeypatch.setattr(Segments, "attend", counted)
+    config = GRPOConfig(group_size=3, batch_size=2, mini_batch_size=2, micro_batch_size=2, total_steps=2)
+    trainer = GRPOTrainer(copy.deepcopy(tiny).requires_grad_(True), tokenizer, config, device=CPU, ref_model=tiny)
+    assert trainer.path == "shared_prefix" and trainer.checkpoint_layers
+    layers = tiny.config.num_hidden_layers
+    trainer.reference_logprob_rows(samples)
+    assert calls["segments"] == layers  # one packed pass (two rows) through each block
+    trainer.update(samples)
+    # the update: its reference pass, its forward with gradient, then each block again in backward
+    assert calls["segments"] == layers + 3 * layers
