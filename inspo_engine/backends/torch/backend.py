@@ -5,7 +5,6 @@ It knows tokens and weights; it knows nothing about the population or the optimi
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Sequence
@@ -135,8 +134,7 @@ class TorchBackend:
         if not samples:  # DAPO's overlong filtering (`grpo.drop_truncated`) can leave nothing to train on
             return self.trainer.idle_step()
         self.engine.weights.release()  # the update changes the weights: the rollout copy is rebuilt after it
-        with heap.mapped_blocks() if self.on_cpu else contextlib.nullcontext():
-            result = self.trainer.update(samples)
+        result = self.trainer.update(samples)
         if self.drop_truncated:
             cut = [t for group in groups for t in group if t.payload is not None and t.payload.truncated]
             result.metrics["dropped_truncated"] = float(len(cut))

@@ -4,11 +4,12 @@ PyTorch's CPU allocator is the C library's malloc. glibc serves tensors below it
 32 MiB as large blocks are freed) from the heap, and keeps the pages of freed heap blocks: the activations, KV
 caches and gradients freed at the end of one GRPO stage stay resident as holes that the next stage's differently
 sized tensors cannot always reuse, and a training process's RSS creeps up step after step. `release` hands the
-heap's free pages back to the system once per stage (glibc's malloc_trim). Pinning the mmap threshold low does
-more, but every KV-cache tensor is then a fresh mapping: decoding took 35 % more CPU time that way (the kernel
-zeroing pages). So it is pinned low only around the update (`mapped_blocks`), where a training process peaks: its
-activations, recomputed layer by layer in backward, and the output head's chunks come and go while the gradients
-accumulate beside them, and mapped on their own they leave no holes. Elsewhere (macOS, musl) both are no-ops.
+heap's free pages back to the system once per stage (glibc's malloc_trim). Pinning the mmap threshold low would do
+more, but every KV-cache tensor would then be a fresh mapping: decoding took 35 % more CPU time that way (the
+kernel zeroing pages), so the threshold is left to glibc. Pinned low only around the update, where a training
+process peaks, it took 204 MB off a 2-step cpu-demo probe's peak (3,632,516 → 3,428,928 KiB) but cost 1.08× the
+update's time (median of 4 alternating updates on the same rollouts): not kept (docs/benchmarks.md). Elsewhere
+(macOS, musl) `release` is a no-op.
 
 oneDNN, which runs the CPU's bfloat16 products (`backend.precision` 'bf16-mixed'), keeps every kernel it compiles,
 one per operation and matrix shape, up to `ONEDNN_PRIMITIVE_CACHE_CAPACITY` of them (1,024 by default), and ideep,
@@ -25,8 +26,6 @@ import ctypes
 import ctypes.util
 import functools
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 KERNEL_CACHE = 64
 """Entries each of the two caches keeps in a CPU training process (`bound_kernel_cache`). The bf16-mixed cpu-demo's
@@ -52,32 +51,6 @@ def release() -> bool:
     """Return the heap's free pages to the system (glibc's malloc_trim); True if any memory was given back."""
     libc = _glibc()
     return bool(libc.malloc_trim(ctypes.c_size_t(0))) if libc is not None else False
-
-
-M_MMAP_THRESHOLD = -3
-"""glibc's mallopt parameter: blocks of at least this many bytes are mapped on their own (and unmapped when freed)."""
-MAPPED_BLOCK = 128 * 1024
-"""The threshold inside `mapped_blocks`: glibc's own starting value, before it raises it."""
-HEAP_BLOCK = 32 * 1024 * 1024
-"""The threshold after `mapped_blocks`: the largest glibc raises it to by itself on 64-bit systems (setting it
-once ends glibc's own adjustment), so rollouts keep serving their KV caches from the heap."""
-MAPPED_ENV = "MALLOC_MMAP_THRESHOLD_"
-"""glibc's environment variable for the same threshold: when set, `mapped_blocks` leaves it alone."""
-
-
-@contextmanager
-def mapped_blocks() -> Iterator[None]:
-    """While inside, blocks of MAPPED_BLOCK bytes or more are each their own mapping, returned to the system when
-    freed; afterwards the threshold is HEAP_BLOCK. No-op without glibc or when the environment sets the threshold."""
-    libc = _glibc()
-    if libc is None or MAPPED_ENV in os.environ:
-        yield
-        return
-    libc.mallopt(M_MMAP_THRESHOLD, MAPPED_BLOCK)
-    try:
-        yield
-    finally:
-        libc.mallopt(M_MMAP_THRESHOLD, HEAP_BLOCK)
 
 
 KERNEL_CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
