@@ -276,6 +276,8 @@ class RunOutcome:
     """Wall time of its training process, summed over its starts (a resume's wait between them not counted)."""
     peak_rss_kib: int | None = None
     """The highest resident-set peak a start of it recorded at its end; None if none recorded one."""
+    precision: str | None = None
+    """What its last start computed in ('fp32', 'bf16-mixed': `backend.precision` resolved); None if not recorded."""
 
 
 def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
@@ -288,10 +290,16 @@ def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
     rewards = [steps[s] for s in sorted(steps)]
     ends = [e for e in events if isinstance(e, RunFinished)]
     last = max(steps, default=0)
-    machine = next((e.machine or None for e in reversed(events) if isinstance(e, RunStarted)), None)
+    start = next((e for e in reversed(events) if isinstance(e, RunStarted)), None)
     peaks = [e.peak_rss_kib for e in ends if e.peak_rss_kib]
     unfinished = RunOutcome(
-        False, last, rewards, machine=machine, minutes=_minutes(events), peak_rss_kib=max(peaks, default=None)
+        False,
+        last,
+        rewards,
+        machine=(start.machine or None) if start else None,
+        minutes=_minutes(events),
+        peak_rss_kib=max(peaks, default=None),
+        precision=(start.precision or None) if start else None,
     )
     if not ends or ends[-1].status != "finished":
         return unfinished
@@ -327,7 +335,7 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
             machines[run_name(arm, seed)] = outcome.machine
             costs.append(
                 {"arm": arm, "seed": seed, "finished": outcome.finished, "steps": outcome.steps}
-                | {"minutes": outcome.minutes, "peak_rss_kib": outcome.peak_rss_kib}
+                | {"minutes": outcome.minutes, "peak_rss_kib": outcome.peak_rss_kib, "precision": outcome.precision}
             )
         if outcome.finished:
             scores[arm][seed], f1s[arm][seed] = outcome.em, outcome.f1
@@ -498,15 +506,17 @@ def results_markdown(results: Mapping[str, Any]) -> str:
 
 
 def _costs_markdown(runs: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Each run's wall time and resident-set peak, as its events recorded them."""
+    """Each run's wall time, resident-set peak and precision, as its events recorded them."""
     if not runs:
         return []
-    lines = ["", "| run | steps | minutes | peak RSS, GB |", "|---|---:|---:|---:|"]
+    lines = ["", "| run | steps | minutes | peak RSS, GB | computed in |", "|---|---:|---:|---:|---|"]
     for run in runs:
         minutes = "–" if run["minutes"] is None else f"{run['minutes']:.1f}"
         peak = "–" if not run["peak_rss_kib"] else f"{run['peak_rss_kib'] * 1024 / 1e9:.2f}"
+        precision = run.get("precision") or "–"  # results.json written before runs recorded it
         state = "" if run["finished"] else " (unfinished)"
-        lines.append(f"| {run_name(run['arm'], run['seed'])}{state} | {run['steps']} | {minutes} | {peak} |")
+        name = run_name(run["arm"], run["seed"])
+        lines.append(f"| {name}{state} | {run['steps']} | {minutes} | {peak} | {precision} |")
     return lines
 
 

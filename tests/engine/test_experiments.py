@@ -233,9 +233,10 @@ def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(
     costs = {run_name(run["arm"], run["seed"]): run for run in results["runs"]}
     assert set(costs) == {"static-s0", "random-pool-s0", "static-s1"}  # the run that never ran has no cost
     assert all(run["finished"] and run["steps"] == 4 and run["minutes"] >= 0 for run in costs.values())
+    assert all(run["precision"] == "fp32" for run in costs.values())  # what ScriptedBackend computes in
     assert all(run["peak_rss_kib"] >= peak_rss_kib() // 2 for run in costs.values())  # this process's, in KiB
     text = results_markdown(results)
-    assert "| run | steps | minutes | peak RSS, GB |" in text and "| static-s0 | 4 | " in text
+    assert "| run | steps | minutes | peak RSS, GB | computed in |" in text and "| static-s0 | 4 | " in text
 
 
 def test_a_resumed_runs_minutes_leave_out_the_wait_between_its_starts_and_its_peak_is_the_highest_recorded(tmp_path):
