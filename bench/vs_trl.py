@@ -24,6 +24,12 @@ TRL with `bf16=True` (autocast over float32 weights, as accelerate's mixed preci
 `backend.precision` 'bf16-mixed' (autocast over float32 masters, rollouts on a bfloat16 copy, bfloat16 reference).
 `--device cuda` runs both on the GPU. Without TRL installed only our rows are measured (TRL's are marked skipped).
 
+`--shape NAME` replaces SmolLM2's weights by a randomly initialised model in a published shape (SmolLM2-135M,
+Qwen2.5-0.5B or Qwen2.5-3B, `bench/gpu.py`'s configs) and its tokenizer by `bench/gpu.py`'s byte-level one, so
+nothing is downloaded (for a GPU machine that cannot fetch weights); `--tiny` shrinks that shape to a few layers (a
+CPU check of the script). Both frameworks get the same random weights (the same seed). On CUDA every phase's clock
+synchronises the device before it reads the time.
+
 The frameworks alternate for `--repeats` rounds (the order flips every round), each round a fresh model and trainer
 running `--steps` steps; a round's figure is the median of its steps 2..N, and each framework's faster round goes
 into the table. `step_speedup_vs_trl` is TRL's whole step ÷ ours, from those rounds.
@@ -32,6 +38,7 @@ into the table. `step_speedup_vs_trl` is TRL's whole step ÷ ours, from those ro
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -56,6 +63,7 @@ except ImportError:  # our side still runs; TRL's rows say it is missing
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import PrinterCallback  # noqa: E402
 
+from bench.gpu import SHAPES, build_model, byte_tokenizer  # noqa: E402
 from bench.rollout import FixedLengthEngine, FixedPassages  # noqa: E402
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages  # noqa: E402
@@ -84,6 +92,13 @@ def distinct_words(completions: Sequence[str]) -> list[float]:
     return [len(set(words)) / len(words) if (words := text.split()) else 0.0 for text in completions]
 
 
+def now() -> float:
+    """The wall clock once the device has finished the work queued so far."""
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    return perf_counter()
+
+
 class StepClock:
     """Wall seconds of each step and of its timed phases; `update` is the rest of the step."""
 
@@ -95,21 +110,21 @@ class StepClock:
 
     def begin(self) -> None:
         self._current = {"rollout": 0.0, "ref_logprobs": 0.0, "prompt_tokens": 0.0, "completion_tokens": 0.0}
-        self._start = perf_counter()
+        self._start = now()
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        start = perf_counter()
+        start = now()
         try:
             yield
         finally:
-            self.add(name, perf_counter() - start)
+            self.add(name, now() - start)
 
     def add(self, name: str, value: float) -> None:
         self._current[name] += value
 
     def end(self) -> None:
-        step = perf_counter() - self._start
+        step = now() - self._start
         self._current |= {"step": step, "update": step - self._current["rollout"] - self._current["ref_logprobs"]}
         self.steps.append(self._current)
 
@@ -235,6 +250,7 @@ def trl_reward(completions: list[list[dict[str, str]]], **kwargs: Any) -> list[f
 
 def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepClock, precision: str) -> None:
     from datasets import Dataset
+    from datasets.table import InMemoryTable
 
     assert trl is not None
     model, tokenizer = load_model(args)
@@ -274,7 +290,8 @@ def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepCloc
             model=model,
             reward_funcs=trl_reward,
             args=config,
-            train_dataset=Dataset.from_list(prompts),
+            # a fixed fingerprint: datasets' own hashes the table with dill, which failed on Python 3.12 (PicklingError)
+            train_dataset=Dataset(InMemoryTable.from_pylist(prompts), fingerprint="vs-trl-prompts"),
             processing_class=tokenizer,
             callbacks=[StepTimer(clock)],
         )
@@ -288,8 +305,19 @@ def run_trl(args: argparse.Namespace, questions: list[Question], clock: StepCloc
 
 
 def load_model(args: argparse.Namespace) -> tuple[Any, Any]:
-    """A fresh copy of the initial policy, as the engine loads it."""
+    """A fresh copy of the initial policy, as the engine loads it (or the same random weights for `--shape`)."""
+    if args.shape:
+        return load_policy(random_checkpoint(args), device=DEVICE, dtype=torch.float32)
     return load_policy(resolve_model(SMOLLM2, args.cache_dir), device=DEVICE, dtype=torch.float32)
+
+
+def random_checkpoint(args: argparse.Namespace) -> Path:
+    """`--shape`'s random weights and the byte-level tokenizer, saved once: TRL loads its reference model by path."""
+    path = Path(tempfile.gettempdir()) / f"vs-trl-{args.shape}{'-tiny' if args.tiny else ''}-seed{args.seed}"
+    if not (path / "config.json").exists():
+        build_model(SHAPES[args.shape], DEVICE, tiny=args.tiny, seed=args.seed).save_pretrained(path)
+        byte_tokenizer().save_pretrained(path)
+    return path
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, list[Question], StepClock, str], None]] = {
@@ -320,7 +348,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--cache-dir", type=Path, default=ROOT / "cache" / "models")
     parser.add_argument("--precision", nargs="+", choices=["fp32", "bf16-mixed"], default=["fp32"])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    return parser.parse_args()
+    parser.add_argument(
+        "--shape", choices=sorted(SHAPES), help="random weights in this published shape, byte-level tokenizer"
+    )
+    parser.add_argument("--tiny", action="store_true", help="with --shape: a few small layers, for a CPU check")
+    args = parser.parse_args()
+    if args.tiny and not args.shape:
+        parser.error("--tiny shrinks a --shape; name one")
+    return args
 
 
 def main() -> None:
@@ -344,7 +379,21 @@ def main() -> None:
                 clock = StepClock()
                 RUNNERS[name](args, questions, clock, precision)
                 rounds[name].append(clock)
+                print(f"round {repeat + 1}, {name}, {precision}: {clock.medians()}", flush=True)
+                gc.collect()  # the round's models and optimizer state go before the next round builds its own
+                if DEVICE.type == "cuda":
+                    torch.cuda.empty_cache()
         report(args, rounds, precision)
+
+
+def model_name(args: argparse.Namespace) -> str:
+    if not args.shape:
+        return "SmolLM2-135M-Instruct"
+    return f"{args.shape} shape{' (tiny)' if args.tiny else ''}, random weights, byte-level tokenizer"
+
+
+def device_name() -> str:
+    return f" ({torch.cuda.get_device_name()})" if DEVICE.type == "cuda" else ""
 
 
 def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]], precision: str) -> None:
@@ -352,7 +401,7 @@ def report(args: argparse.Namespace, rounds: dict[str, list[StepClock]], precisi
     best = {name: min(rows, key=lambda row: row["step"]) for name, rows in medians.items()}
     loads = [clock.load for clocks in rounds.values() for clock in clocks]
     print(
-        f"\nSmolLM2-135M-Instruct, {DEVICE.type}, precision {precision} (fp32: our rollouts' rollout_dtype "
+        f"\n{model_name(args)}, {DEVICE}{device_name()}, precision {precision} (fp32: our rollouts' rollout_dtype "
         f"{args.rollout_dtype}), {args.threads} "
         f"torch thread(s) of {os.cpu_count()} CPUs, load avg "
         f"{min(loads):.1f}–{max(loads):.1f}; {args.prompts} prompts × G = {args.group}, {args.tokens} completion "
