@@ -323,8 +323,8 @@ class BackendConfig:
     """Numeric precision of the torch backend. 'auto': 'bf16-mixed' where bfloat16 products run natively (a CUDA GPU
     of compute capability 8.0 or later, a CPU with AVX512-BF16 or AMX), 'fp32' elsewhere — decided when the run
     starts, recorded in its run_started event; without those instructions bfloat16 is emulated and slower than
-    float32. 'fp32': float32 weights and products (rollout_dtype and
-    reference_dtype may still ask for bfloat16 copies). 'bf16-mixed': bfloat16 matrix products under autocast (CPU
+    float32. 'fp32': float32 weights and products (rollout_dtype and reference_dtype may still ask for bfloat16
+    copies). 'bf16-mixed': bfloat16 matrix products under autocast (CPU
     and CUDA alike) for rollouts, old and reference log-probs and the update, while the trained weights and AdamW's
     state stay float32 (a 5e-7 step is not rounded away) and the log-softmax, loss and advantages are float32;
     rollouts read a bfloat16 copy and the reference is stored in bfloat16, whatever rollout_dtype and

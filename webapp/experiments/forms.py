@@ -20,8 +20,7 @@ smoke 4 min 17 s to 5 min 33 s measured per run with an 8-question evaluation on
 21 min 42 s measured for `make demo` in float32 (its 195-question evaluation included) on two idle cores, rounded
 up: in bf16 mixed precision, which the preset's `auto` picks on a CPU with bfloat16 instructions, a run took 14–16
 minutes alone on two cores with AMX (docs/precision.md), but a CPU without them computes in float32, so the estimate
-keeps the float32 figure; the
-paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
+keeps the float32 figure; the paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
 MAX_FORM_SEEDS = 10
 ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
 

@@ -12,8 +12,9 @@ run in, and the autocast region that joins them; it knows dtypes and devices, no
 
 `auto` (the torch presets' choice) is `bf16-mixed` where bfloat16 products run natively — a CUDA GPU that has them
 (Ampere or later), a CPU with AVX512-BF16 or AMX — and `fp32` elsewhere: on an AVX512 CPU without them, oneDNN
-emulates bfloat16 and the update ran 2.5× slower than in float32 (docs/precision.md). `resolve` decides it once, when
-the backend starts, and the run's `RunStarted` event records what it chose.
+emulates bfloat16, and an update took 3.7× its float32 time and a whole step 2.26× (`bench/step.py`,
+docs/precision.md). `resolve` decides it once, when the backend starts, and the run's `RunStarted` event records
+what it chose.
 
 Why the masters stay float32: an AdamW step changes a weight by about lr (5e-7 in the paper), while bfloat16 keeps 8
 significant bits — a weight of magnitude w moves only by a step of at least w · 2⁻⁹, so updating bfloat16 weights
