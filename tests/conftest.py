@@ -3,10 +3,14 @@ otherwise, a failure under INSPO_REQUIRE_SERVICES=1), and two teams — alice's 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +28,7 @@ REQUIRE_SERVICES = os.environ.get("INSPO_REQUIRE_SERVICES") == "1"
 POSTGRES = ("127.0.0.1", 5432)
 REDIS = ("127.0.0.1", 6379)
 TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def reachable(address: tuple[str, int], timeout: float = 0.5) -> bool:
@@ -235,3 +240,19 @@ def worker(redis_url: str, tmp_path: Any, settings: Any) -> Iterator[Any]:
 
     settings.INSPO_RUNS_DIR = tmp_path / "runs"
     yield from celery_worker(redis_url, tmp_path)
+
+
+@pytest.fixture(scope="session")
+def smoke_cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """The smoke preset (4 steps, its own checkpoints) trained once by the CLI, into `<folder>/runs/smoke`, with the
+    TensorBoard tracker where tensorboard is installed, and the finished process. Shared by every test that only
+    reads a finished smoke run: each run costs one to three minutes of CPU. A test that changes a run copies it."""
+    folder = tmp_path_factory.mktemp("smoke-cli")
+    out = folder / "runs" / "smoke"
+    train = [sys.executable, "-m", "inspo_engine", "train", "--preset", "smoke", "--out", str(out)]
+    if importlib.util.find_spec("tensorboard") is not None:
+        train += ["--set", 'tracking.backends=["tensorboard"]']
+    env = {**os.environ, "INSPO_CACHE_DIR": str(ROOT / "cache"), "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, done

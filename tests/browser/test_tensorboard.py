@@ -44,18 +44,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder holding runs/smoke: the smoke preset's 4 steps, trained by the CLI with the TensorBoard tracker."""
+@pytest.fixture
+def workdir(smoke_cli_run: tuple[Path, subprocess.CompletedProcess[str]]) -> Path:
+    """A folder holding runs/smoke: the session's smoke run (4 steps, trained by the CLI with the TensorBoard tracker,
+    tests/conftest.py)."""
     if importlib.util.find_spec("tensorboard") is None:
         skip_or_fail("tensorboard is not installed (the `tracking` extra, requirements/dev.txt)")
-    folder = tmp_path_factory.mktemp("tensorboard")
-    env = {**os.environ, "INSPO_CACHE_DIR": str(REPO / "cache"), "PYTHONUNBUFFERED": "1"}
-    env.setdefault("OMP_NUM_THREADS", "1")
-    train = [sys.executable, "-m", "inspo_engine", "train", "--preset", "smoke", "--out", str(folder / RUN)]
-    train += ["--set", 'tracking.backends=["tensorboard"]', "--set", "checkpoint.checkpoint_every=0"]
-    done = subprocess.run(train, capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    out, _ = smoke_cli_run
+    folder = out.parents[1]
+    assert out == folder / RUN
     assert any((folder / RUN / "tensorboard").glob("events.out.tfevents.*"))
     return folder
 

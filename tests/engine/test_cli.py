@@ -57,12 +57,10 @@ def test_resume_without_a_checkpoint_is_refused(tmp_path):
     assert "no checkpoint" in done.stderr
 
 
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke")
-    done = cli("train", "--preset", "smoke", "--out", str(out), timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, done
+@pytest.fixture
+def smoke_run(smoke_cli_run):
+    """The session's smoke run, trained once by the CLI (tests/conftest.py), and its finished process."""
+    return smoke_cli_run
 
 
 @pytest.mark.slow
