@@ -19,7 +19,7 @@ STATE_FILE = "inspo_state.json"
 """Inside a checkpoint: the loop's state (population, replay buffer, rngs, progress) as JSON."""
 POLICY_DIR = "policy"
 """Inside a checkpoint: the policy as a Hugging Face directory (what users download and `eval` loads)."""
-CHECKPOINT_NAME = re.compile(r"^step-\d+$")
+CHECKPOINT_NAME = re.compile(r"step-\d+")
 """A checkpoint directory's name."""
 OPTIMIZER_DIR = "training"
 """Inside a checkpoint: the backend's optimizer, scheduler and rng state, which only resuming needs (a backend that

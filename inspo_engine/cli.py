@@ -299,7 +299,8 @@ def _trackers(config: RunConfig, out: Path, warn: EventSink) -> list[TrackingSin
     missing = package_errors(config.tracking)
     if missing:
         raise UsageError("; ".join(str(error) for error in missing))
-    return [TrackingSink(config, out, run_name=out.name, warn=warn, wandb_key=os.environ.get("WANDB_API_KEY"))]
+    wandb_key, mlflow_token = os.environ.get("WANDB_API_KEY"), os.environ.get("MLFLOW_TRACKING_TOKEN")
+    return [TrackingSink(config, out, run_name=out.name, warn=warn, wandb_key=wandb_key, mlflow_token=mlflow_token)]
 
 
 def _plot_quietly(out: Path) -> None:

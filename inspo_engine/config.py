@@ -505,7 +505,7 @@ class RunConfig:
     def validate(self) -> None:
         """Raise ConfigError naming every bad field and its allowed range."""
         errors = _check_bounds(self) + _check_relations(self) + _check_strings(self) + _check_optimizer(self)
-        errors += _check_tracking(self.tracking)
+        errors += _check_tracking(self.tracking) + split_errors(self.eval.split, "eval.split")
         if errors:
             raise ConfigError(errors)
 
@@ -730,7 +730,24 @@ def _check_strings(config: RunConfig) -> list[FieldError]:
     return errors
 
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+"""A name (tracking project, a stored secret's, an endpoint's); always matched whole (`fullmatch`), so a trailing
+newline is refused."""
+SPLIT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+"""A split: a file name without its `.jsonl`, never a path (no '/', no '..')."""
+
+
+def split_errors(split: str, field_path: str) -> list[FieldError]:
+    """Why `split` is not a split's name (it is joined into `<directory>/<split>.jsonl`).
+
+    >>> split_errors("test", "eval.split")
+    []
+    >>> [e.message for e in split_errors("../other/test", "eval.split")]
+    ["must be a split's name: letters, digits, '_', '.', '-' (≤ 64), not '..'"]
+    """
+    if SPLIT_NAME.fullmatch(split) and ".." not in split:
+        return []
+    return [FieldError(field_path, "must be a split's name: letters, digits, '_', '.', '-' (≤ 64), not '..'")]
 
 
 def _check_tracking(tracking: TrackingConfig) -> list[FieldError]:
@@ -738,14 +755,14 @@ def _check_tracking(tracking: TrackingConfig) -> list[FieldError]:
     unknown = [name for name in tracking.backends if name not in TRACKERS]
     if unknown or len(set(tracking.backends)) != len(tracking.backends):
         errors.append(FieldError("tracking.backends", f"must be distinct names among {', '.join(TRACKERS)}"))
-    if not _NAME.match(tracking.project):
+    if not _NAME.fullmatch(tracking.project):
         errors.append(FieldError("tracking.project", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
     uri = tracking.mlflow_uri
-    if uri is not None and not re.match(r"^https?://[^\s/]+", uri):
+    if uri is not None and (not re.match(r"https?://[^\s/]+", uri) or any(c.isspace() for c in uri)):
         errors.append(FieldError("tracking.mlflow_uri", "must be an http(s) URL; leave it empty for mlruns/"))
     for name in ("wandb_secret", "mlflow_secret"):
         value = getattr(tracking, name)
-        if value is not None and not _NAME.match(value):
+        if value is not None and not _NAME.fullmatch(value):
             errors.append(FieldError(f"tracking.{name}", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
     if tracking.mlflow_secret is not None and uri is None:
         errors.append(FieldError("tracking.mlflow_secret", "a token goes only to a server: set tracking.mlflow_uri"))
@@ -756,7 +773,7 @@ def _check_optimizer(config: RunConfig) -> list[FieldError]:
     optimizer, errors = config.optimizer, []
     for name in ("endpoint", "team_secret"):
         value = getattr(optimizer, name)
-        if value is not None and not _NAME.match(value):
+        if value is not None and not _NAME.fullmatch(value):
             errors.append(FieldError(f"optimizer.{name}", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
     if optimizer.endpoint and optimizer.base_url:
         errors.append(FieldError("optimizer.base_url", "give base_url or name an endpoint, not both"))

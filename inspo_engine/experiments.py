@@ -51,7 +51,7 @@ REWARD_TAIL = 5
 """The table's training reward is the mean over each run's last this-many steps."""
 DETECT = 0.05
 """The difference (5 EM points) whose seeds-needed count results report."""
-_ARM_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,31}$")
+_ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,7 @@ def _arms(value: Any) -> tuple[dict[str, dict[str, Any]], list[FieldError]]:
     arms: dict[str, dict[str, Any]] = {}
     errors = []
     for name, given in value.items():
-        if not isinstance(name, str) or not _ARM_NAME.match(name):
+        if not isinstance(name, str) or not _ARM_NAME.fullmatch(name):
             errors.append(FieldError(f"arms.{name}", "an arm's name: letters, digits, '_', '.', '-' (≤ 32)"))
             continue
         if name not in BUILTIN_ARMS and not given:

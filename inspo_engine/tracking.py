@@ -14,11 +14,15 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import quote
+
+import httpx
 
 from .config import FieldError, RunConfig, TrackingConfig
 from .events import (
@@ -39,6 +43,7 @@ from .events import (
     StepCompleted,
     TrackerFailed,
 )
+from .netpolicy import GuardedTransport, NetPolicy, parse_target
 
 PACKAGES = {
     "mlflow": ("mlflow", "mlflow-skinny"),
@@ -48,17 +53,11 @@ PACKAGES = {
 """Tracker → (module it imports, the package that provides it); all three are the `tracking` extra."""
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_DIR = "mlruns"
+log = logging.getLogger(__name__)
 MAX_PENDING = 10_000
 """Records kept for a tracker that is failing; the oldest are dropped beyond this."""
 PARAM_CHARS = 500
 """MLflow parameters are short strings: longer config values (instructions) are cut; config.json has them whole."""
-MLFLOW_HTTP_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-}
-"""MLflow's HTTP settings (it reads only the environment) unless the operator set them: one retry, 10 s timeouts;
-a tracker that failed is tried again at the next step anyway."""
 MLFLOW_STATUS = {"finished": "FINISHED", "cancelled": "KILLED"}
 """RunFinished's status → the MLflow run's; a failed run (RunFailed) is FAILED, and so is W&B's exit code."""
 
@@ -94,9 +93,11 @@ class Record:
 
 
 class Tracker(Protocol):
-    """One tracker's client: `send` raises on any failure, and may be called again with the same record."""
+    """One tracker's client: `send` raises on any failure, and may be called again with the same record. `remote`:
+    it talks to a server, so a library's error text (which may hold what the server wrote) is not shown to users."""
 
     name: str
+    remote: bool
 
     def send(self, record: Record) -> None: ...
 
@@ -230,6 +231,7 @@ class TensorBoardTracker:
     as texts."""
 
     name = "tensorboard"
+    remote = False
 
     def __init__(self, directory: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -248,52 +250,28 @@ class TensorBoardTracker:
         self.writer.close()
 
 
-@contextlib.contextmanager
-def _environment(name: str, value: str | None) -> Iterator[None]:
-    """`name` set to `value` for the block only (nothing when `value` is None), then what it was before."""
-    if value is None:
-        yield
-        return
-    previous = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = previous
+class TrackerError(RuntimeError):
+    """A tracker's failure in words of ours: the URL and the HTTP status, never what a foreign server wrote."""
 
 
 class MlflowTracker:
-    """One MLflow run in experiment `project`: metrics by step, parameters, texts and artifacts as files. `uri`
-    None: a file store in the run directory's `mlruns/` (which MLflow 3 keeps only with MLFLOW_ALLOW_FILE_STORE
-    set, so this sets it when unset).
-
-    `token` is the server's bearer token. MLflow's client reads credentials only from the environment, at each
-    request, so the token is there only while this tracker's own requests are made (`_environment`): a later run
-    in the same worker process never sends it."""
+    """One MLflow run in experiment `project` in a file store: the run directory's `mlruns/` (which MLflow 3 keeps
+    only with MLFLOW_ALLOW_FILE_STORE set, so this sets it when unset); metrics by step, parameters, texts and
+    artifacts as files. A server (`tracking.mlflow_uri`) is `MlflowRestTracker`'s."""
 
     name = "mlflow"
+    remote = False
 
-    def __init__(
-        self, uri: str | None, run_dir: Path, *, project: str, run_name: str, token: str | None = None
-    ) -> None:
+    def __init__(self, run_dir: Path, *, project: str, run_name: str) -> None:
         from mlflow.tracking import MlflowClient
 
-        self.token = token
-        if uri is None:
-            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-            uri = (run_dir / MLFLOW_DIR).resolve().as_uri()
-        else:  # a server that is down costs the run seconds per step, not MLflow's default minutes of retries
-            for name, value in MLFLOW_HTTP_DEFAULTS.items():
-                os.environ.setdefault(name, value)
-        self.uri, self.project, self.run_name = uri, project, run_name
-        self.client = MlflowClient(tracking_uri=uri)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        self.uri, self.project, self.run_name = (run_dir / MLFLOW_DIR).resolve().as_uri(), project, run_name
+        self.client = MlflowClient(tracking_uri=self.uri)
         self.run_id: str | None = None
 
     def _run(self) -> str:
-        """The run, created at the first send that reaches the server (so a server down at the start is retried)."""
+        """The run, created at the first send."""
         if self.run_id is None:
             experiment = self.client.get_experiment_by_name(self.project)
             experiment_id = experiment.experiment_id if experiment else self.client.create_experiment(self.project)
@@ -301,10 +279,6 @@ class MlflowTracker:
         return self.run_id
 
     def send(self, record: Record) -> None:
-        with _environment("MLFLOW_TRACKING_TOKEN", self.token):
-            self._send(record)
-
-    def _send(self, record: Record) -> None:
         from mlflow.entities import Metric, Param
 
         run_id = self._run()
@@ -315,15 +289,157 @@ class MlflowTracker:
         params = [Param(key, str(value)[:PARAM_CHARS]) for key, value in record.params.items()]
         for start in range(0, len(params), 100):
             self.client.log_batch(run_id, params=params[start : start + 100])
-        for name, text in record.texts.items():
-            self.client.log_text(run_id, text, f"texts/step-{record.step:06d}/{name.replace('/', '_')}.txt")
-        for name, text in record.artifacts.items():
+        for name, text in _files(record).items():
             self.client.log_text(run_id, text, name)
         if record.finished is not None:
             self.client.set_terminated(run_id, MLFLOW_STATUS.get(record.finished, "FAILED"))
 
     def close(self) -> None:
         return None
+
+
+def _files(record: Record) -> dict[str, str]:
+    """The record's texts (under `texts/step-NNNNNN/`) and artifacts, by artifact path."""
+    texts = {f"texts/step-{record.step:06d}/{name.replace('/', '_')}.txt": text for name, text in record.texts.items()}
+    return texts | record.artifacts
+
+
+MLFLOW_API = "/api/2.0/mlflow"
+MLFLOW_ARTIFACTS_API = "/api/2.0/mlflow-artifacts/artifacts"
+MLFLOW_TIMEOUT_S = 10.0
+
+
+class MlflowRestTracker:
+    """One MLflow run on the server at `uri`, spoken to over MLflow's REST API by our own client: every request goes
+    through the network policy's `GuardedTransport` (the checked host, the address it resolved to), no redirect is
+    followed (a 3xx is a failure), and the bearer `token` goes to that server only. Artifacts go through the
+    server's artifact proxy (`mlflow-artifacts:`, `mlflow server`'s default); a server that stores them elsewhere
+    (S3, a shared disk) gets metrics and parameters, and the first file it cannot take is reported once.
+
+    MLflow's own client is not used for a server: it makes its own requests (with `requests`, which follows
+    redirects) where no policy can reach them."""
+
+    name = "mlflow"
+    remote = True
+
+    def __init__(self, uri: str, *, project: str, run_name: str, policy: NetPolicy, token: str | None = None) -> None:
+        self.uri, self.project, self.run_name = uri.rstrip("/"), project, run_name
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.http = httpx.Client(
+            transport=GuardedTransport(policy), follow_redirects=False, timeout=MLFLOW_TIMEOUT_S, headers=headers
+        )
+        self.run_id: str | None = None
+        self.artifact_path: str | None = None
+        """The run's path under the artifact proxy; None when the server stores artifacts where we do not send."""
+        self.artifacts_refused = False
+
+    def _call(self, method: str, path: str, *, body: Any = None, params: dict[str, str] | None = None) -> Any:
+        url = f"{self.uri}{path}"
+        try:
+            response = self.http.request(method, url, json=body, params=params)
+        except (httpx.ConnectError, httpx.TimeoutException) as error:
+            raise TrackerError(f"MLflow at {url}: {error}") from None  # the policy's words or the OS's, not a server's
+        except httpx.HTTPError as error:
+            raise TrackerError(f"MLflow at {url}: {type(error).__name__}") from None
+        if response.is_redirect:
+            raise TrackerError(f"MLflow at {url} answered HTTP {response.status_code}, a redirect, not followed")
+        if response.status_code == 404 and path.endswith("/get-by-name"):
+            return None
+        if not response.is_success:
+            raise TrackerError(f"MLflow at {url} answered HTTP {response.status_code}")
+        try:
+            return response.json() if response.content else {}
+        except ValueError:
+            status = response.status_code
+            raise TrackerError(f"MLflow at {url} answered HTTP {status} with a body that is not JSON") from None
+
+    def _run(self) -> str:
+        """The run, created at the first send that reaches the server (so a server down at the start is retried)."""
+        if self.run_id is None:
+            found = self._call("GET", f"{MLFLOW_API}/experiments/get-by-name", params={"experiment_name": self.project})
+            experiment_id = _text(found, "experiment", "experiment_id") if found else None
+            if experiment_id is None:
+                created = self._call("POST", f"{MLFLOW_API}/experiments/create", body={"name": self.project})
+                experiment_id = _text(created, "experiment_id")
+            body = {"experiment_id": experiment_id, "run_name": self.run_name, "start_time": _millis()}
+            info = self._call("POST", f"{MLFLOW_API}/runs/create", body=body)
+            run_id = _text(info, "run", "info", "run_id")
+            if experiment_id is None or run_id is None:
+                raise TrackerError(f"MLflow at {self.uri} answered without an experiment or run id")
+            artifact_uri = _text(info, "run", "info", "artifact_uri") or ""
+            self.artifact_path = _proxied_path(artifact_uri)
+            self.run_id = run_id
+        return self.run_id
+
+    def send(self, record: Record) -> None:
+        run_id = self._run()
+        now = _millis()
+        step, batch = record.step, f"{MLFLOW_API}/runs/log-batch"
+        metrics = [{"key": k, "value": float(v), "timestamp": now, "step": step} for k, v in record.metrics.items()]
+        for start in range(0, len(metrics), 1000):
+            self._call("POST", batch, body={"run_id": run_id, "metrics": metrics[start : start + 1000]})
+        params = [{"key": k, "value": str(v)[:PARAM_CHARS]} for k, v in record.params.items()]
+        for start in range(0, len(params), 100):
+            self._call("POST", batch, body={"run_id": run_id, "params": params[start : start + 100]})
+        refused = self._upload(_files(record))
+        if record.finished is not None:
+            status = MLFLOW_STATUS.get(record.finished, "FAILED")
+            self._call("POST", f"{MLFLOW_API}/runs/update", body={"run_id": run_id, "status": status, "end_time": now})
+        if refused:
+            raise TrackerSkipped(refused)
+
+    def _upload(self, files: dict[str, str]) -> str | None:
+        """PUT each file to the artifact proxy; the first refusal's words when the server keeps artifacts elsewhere."""
+        if not files:
+            return None
+        if self.artifact_path is None:
+            if self.artifacts_refused:
+                return None
+            self.artifacts_refused = True
+            return (
+                f"MLflow at {self.uri} stores artifacts outside its artifact proxy; metrics and parameters are sent, "
+                "files (config.json, texts, the best instruction) are not"
+            )
+        for name, text in files.items():
+            path = "/".join(quote(part, safe="") for part in f"{self.artifact_path}/{name}".split("/"))
+            url = f"{self.uri}{MLFLOW_ARTIFACTS_API}/{path}"
+            try:
+                response = self.http.put(url, content=text.encode("utf-8"))
+            except httpx.HTTPError as error:
+                raise TrackerError(f"MLflow at {url}: {type(error).__name__}") from None
+            if not response.is_success:
+                raise TrackerError(f"MLflow at {url} answered HTTP {response.status_code}")
+        return None
+
+    def close(self) -> None:
+        self.http.close()
+
+
+class TrackerSkipped(Exception):
+    """The record was sent, but part of it could not be (said once); the sink warns and does not send it again."""
+
+
+def _text(data: Any, *keys: str) -> str | None:
+    """data[k1][k2]… as a string, or None where the reply lacks it (a foreign reply's shape is never trusted)."""
+    for key in keys:
+        if not isinstance(data, dict):
+            return None
+        data = data.get(key)
+    return str(data) if isinstance(data, str | int) and not isinstance(data, bool) else None
+
+
+def _proxied_path(artifact_uri: str) -> str | None:
+    """The path under the artifact proxy of an `mlflow-artifacts:/…` artifact URI with no host of its own.
+
+    >>> _proxied_path("mlflow-artifacts:/1/abc/artifacts")
+    '1/abc/artifacts'
+    >>> _proxied_path("s3://bucket/1/abc/artifacts") is None, _proxied_path("mlflow-artifacts://h:1/1/a") is None
+    (True, True)
+    """
+    scheme, sep, rest = artifact_uri.partition(":")
+    if scheme != "mlflow-artifacts" or not sep or rest.startswith("//") or ".." in rest.split("/"):
+        return None
+    return rest.strip("/") or None
 
 
 class WandbTracker:
@@ -339,6 +455,7 @@ class WandbTracker:
             api_key=api_key, silent=True, console="off", x_disable_stats=True, x_disable_meta=True
         )
         self.wandb = wandb
+        self.remote = bool(api_key)
         self.run = wandb.init(
             project=project,
             name=run_name,
@@ -377,6 +494,29 @@ def _millis() -> int:
 # -- the sink ----------------------------------------------------------------------------------------------------
 
 
+def _mlflow(
+    tracking: TrackingConfig, run_dir: Path, *, run_name: str, token: str | None, policy: NetPolicy | None
+) -> Tracker:
+    if tracking.mlflow_uri is None:
+        return MlflowTracker(run_dir, project=tracking.project, run_name=run_name)
+    if policy is None:
+        host, port = parse_target(tracking.mlflow_uri)
+        policy = NetPolicy(private_hosts=(f"[{host}]:{port}" if ":" in host else f"{host}:{port}",))
+    return MlflowRestTracker(
+        tracking.mlflow_uri, project=tracking.project, run_name=run_name, policy=policy, token=token
+    )
+
+
+def _error_text(error: Exception, *, remote: bool, name: str) -> str:
+    """What a run's note says of a tracker's failure: our own errors whole; a library's error text only when the
+    tracker talks to no server (its text may hold what a server wrote, or echo a header), else its type alone,
+    with the whole of it in the worker's log."""
+    if isinstance(error, TrackerError) or not remote:
+        return f"{type(error).__name__}: {error}"
+    log.warning("tracker %s failed: %s: %s", name, type(error).__name__, error)
+    return f"{type(error).__name__} (the server's reply is not shown; the worker's log has the details)"
+
+
 @dataclass
 class _Slot:
     """A tracker (or the error that kept it from starting), with what it has not taken yet."""
@@ -402,15 +542,16 @@ class TrackingSink:
         warn: EventSink | None = None,
         wandb_key: str | None = None,
         mlflow_token: str | None = None,
+        policy: NetPolicy | None = None,
         trackers: dict[str, Callable[[], Tracker]] | None = None,
     ) -> None:
-        """`trackers` replaces the built-in constructors by name (a test's failing tracker)."""
+        """`policy`: what an MLflow server's URL must pass at every request (None: that host alone, whatever its
+        address, as the command line's user named it); `trackers` replaces the built-in constructors by name (a
+        test's failing tracker)."""
         tracking = config.tracking
         makers: dict[str, Callable[[], Tracker]] = {
             "tensorboard": lambda: TensorBoardTracker(run_dir / TENSORBOARD_DIR),
-            "mlflow": lambda: MlflowTracker(
-                tracking.mlflow_uri, run_dir, project=tracking.project, run_name=run_name, token=mlflow_token
-            ),
+            "mlflow": lambda: _mlflow(tracking, run_dir, run_name=run_name, token=mlflow_token, policy=policy),
             "wandb": lambda: WandbTracker(run_dir, project=tracking.project, run_name=run_name, api_key=wandb_key),
         }
         makers.update(trackers or {})
@@ -434,11 +575,19 @@ class TrackingSink:
                 slot.tracker.send(slot.pending[0])
                 slot.pending.pop(0)
             slot.failing = False
+        except TrackerSkipped as skipped:  # the record went; a part of it never will (said once)
+            slot.pending.pop(0)
+            slot.failing = False
+            self._warn(slot, str(skipped))
+            if slot.pending:
+                self._deliver(slot)
         except Exception as error:  # any failure of a tracker's library or server: the run must go on
             slot.failing = True
-            if self.warn is not None:
-                message = f"{type(error).__name__}: {error}"[:500]
-                self.warn.emit(TrackerFailed(step=self.translator.step, tracker=slot.name, error=message))
+            self._warn(slot, _error_text(error, remote=slot.tracker is None or slot.tracker.remote, name=slot.name))
+
+    def _warn(self, slot: _Slot, message: str) -> None:
+        if self.warn is not None:
+            self.warn.emit(TrackerFailed(step=self.translator.step, tracker=slot.name, error=message[:500]))
 
     def close(self) -> None:
         """Close every tracker that started (what is still pending is lost)."""

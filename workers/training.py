@@ -17,10 +17,12 @@ from django.conf import settings
 from inspo_engine import events as ev
 from inspo_engine.backends.base import PolicyBackend
 from inspo_engine.config import RunConfig
+from inspo_engine.redact import RedactingSink, Redactor, redacted_logging
 from inspo_engine.tracking import TrackingSink
+from webapp.accounts.secrets import team_secret_values
 from webapp.runs import lifecycle
 from webapp.runs.configs import config_confine
-from webapp.runs.endpoints import RunAccess, run_access, tracking_key, tracking_token
+from webapp.runs.endpoints import RunAccess, net_policy, run_access, tracking_key, tracking_token
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 from webapp.runs.recorder import DatabaseSink
@@ -80,9 +82,10 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     stop = StopCheck(attempt, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
     watchdog = Watchdog(attempt, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S)
     train = _train_verl if run.backend == "verl" and backend is None else _train
+    redactor = run_redactor(run)
     try:
-        with watchdog.watching():
-            result = train(run, attempt, stop, watchdog, backend)
+        with watchdog.watching(), redacted_logging(redactor):
+            result = train(run, attempt, stop, watchdog, backend, redactor)
     except ev.RunSuperseded as superseded:
         log.warning("run %s: %s", run.pk, superseded)
         return "superseded"
@@ -90,7 +93,7 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
         lifecycle.run_fail(attempt, f"the worker process was terminated in {watchdog.stage}")
         raise
     except BaseException as error:
-        lifecycle.run_fail(attempt, f"{type(error).__name__}: {error}")
+        lifecycle.run_fail(attempt, redactor.text(f"{type(error).__name__}: {error}"))
         raise
     status, why = lifecycle.run_outcome(
         engine_status=result.status,
@@ -99,26 +102,38 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
         time_limit_s=stop.time_limit_s,
         worker=worker,
     )
-    lifecycle.run_settle(attempt, status=status, error=why)
+    lifecycle.run_settle(attempt, status=status, error=redactor.text(why) if why else why)
     return status
 
 
-def _sinks(run: Run, attempt: Attempt, watchdog: Watchdog) -> tuple[DatabaseSink, ev.EventSink]:
-    """The database sink, fenced by the attempt, and what the engine emits to: the watchdog sees progress first, the
-    worker's log gets a line per recorded step last."""
+def run_redactor(run: Run) -> Redactor:
+    """The values a run's notes, events, errors and log lines must never show: every key its team stored and every
+    key of the operator's optimizer endpoints."""
+    endpoints = settings.INSPO_OPTIMIZER_ENDPOINTS.values()
+    return Redactor([*team_secret_values(team=run.team), *(endpoint["api_key"] for endpoint in endpoints)])
+
+
+def _sinks(
+    run: Run, attempt: Attempt, watchdog: Watchdog, redactor: Redactor
+) -> tuple[DatabaseSink, ev.EventSink, ev.EventSink]:
+    """The database sink, fenced by the attempt; what writes to it (every event with the secrets masked); and what
+    the engine emits to: the watchdog sees progress first, the worker's log gets a line per recorded step last."""
     database = DatabaseSink(run.pk, attempt=attempt)
-    return database, ev.FanoutSink(watchdog, database, StepLog(run.pk))
+    recorded = RedactingSink(database, redactor)
+    return database, recorded, ev.FanoutSink(watchdog, recorded, StepLog(run.pk))
 
 
-def _train(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
+def _train(
+    run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None, redactor: Redactor
+) -> Any:
     from inspo_engine.build import build_run
 
     access = run_prepare(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
-    database, sink = _sinks(run, attempt, watchdog)
-    trackers = _trackers(run, access.config, database)
+    database, recorded, sink = _sinks(run, attempt, watchdog, redactor)
+    trackers = _trackers(run, access.config, recorded)
     loop = build_run(
         access.config,
         out_dir=run_out_dir(run),
@@ -149,9 +164,11 @@ def _trackers(run: Run, config: RunConfig, warn: ev.EventSink) -> list[TrackingS
     if not config.tracking.backends:
         return []
     key, token = tracking_key(config, run.team), tracking_token(config, run.team)
-    return [
-        TrackingSink(config, run_out_dir(run), run_name=f"run-{run.pk}", warn=warn, wandb_key=key, mlflow_token=token)
-    ]
+    sink = TrackingSink(
+        config, run_out_dir(run), run_name=f"run-{run.pk}", warn=warn, wandb_key=key, mlflow_token=token,
+        policy=net_policy(),
+    )  # fmt: skip
+    return [sink]
 
 
 def _tracker_secrets(run: Run, config: RunConfig) -> dict[str, str]:
@@ -164,7 +181,9 @@ def _tracker_secrets(run: Run, config: RunConfig) -> dict[str, str]:
     return {name: value for name, value in secrets.items() if value}
 
 
-def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None) -> Any:
+def _train_verl(
+    run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None, redactor: Redactor
+) -> Any:
     """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink. An
     attempt that lost the run terminates the job without asking it for a checkpoint, and a worker that ends its
     process (see `Watchdog`) terminates the job first."""
@@ -177,8 +196,8 @@ def _train_verl(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog,
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
-    database, sink = _sinks(run, attempt, watchdog)
-    trackers = _trackers(run, access.config, database)
+    database, recorded, sink = _sinks(run, attempt, watchdog, redactor)
+    trackers = _trackers(run, access.config, recorded)
     relay = ControlRelay(DatabaseControl(run.pk), run_out_dir(run))
     try:
         return verl_execute(

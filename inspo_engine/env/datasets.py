@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from inspo_engine.config import split_errors
 from inspo_engine.env.builtin import builtin_dataset
 from inspo_engine.env.protocol import Passage
 from inspo_engine.types import Question
@@ -121,6 +122,8 @@ def load_questions(name_or_path: str, split: str = "train", *, limit: int | None
     if path.is_file():
         return load_flashrag_questions(path, limit=limit)
     if path.is_dir():
+        if split_errors(split, "split"):  # checked at admission too; a split is a file name, never a path
+            raise DatasetError(f"{split!r} is not a split's name")
         file = path / f"{split}.jsonl"
         if not file.is_file():
             found = ", ".join(sorted(p.name for p in path.glob("*.jsonl"))) or "no .jsonl files"

@@ -98,3 +98,35 @@ def test_load_corpus_by_name_or_path():
     assert len(load_corpus(str(DATA / "corpus_tiny.jsonl"))) == 4
     with pytest.raises(DatasetError, match="expected 'builtin' or a FlashRAG corpus"):
         load_corpus(str(DATA / "nowhere.jsonl"))
+
+
+def test_the_loader_refuses_a_split_that_is_a_path_before_it_opens_anything(tmp_path):
+    benchmark, elsewhere = tmp_path / "nq", tmp_path / "other"
+    benchmark.mkdir()
+    elsewhere.mkdir()
+    (elsewhere / "test.jsonl").write_text('{"id": "1", "question": "q", "golden_answers": ["a"]}\n')
+    for split in ("../other/test", "..", "a/b", "test\n"):
+        with pytest.raises(DatasetError, match="is not a split's name"):
+            load_questions(str(benchmark), split)
+
+
+def test_the_config_refuses_a_split_that_is_not_a_name():
+    from inspo_engine.config import ConfigError, RunConfig
+
+    assert RunConfig.from_dict({"eval": {"split": "dev-2.v1"}}).eval.split == "dev-2.v1"
+    for split in ("../teams/2/private/test", "x/../y", "", "test\n", "a" * 65):
+        with pytest.raises(ConfigError) as error:
+            RunConfig.from_dict({"eval": {"split": split}})
+        assert [e.field for e in error.value.errors] == ["eval.split"]
+
+
+def test_names_that_end_in_a_newline_are_refused():
+    from inspo_engine.config import ConfigError, RunConfig
+    from inspo_engine.experiments import experiment_from_dict
+
+    for fields in ({"project": "nl\n"}, {"wandb_secret": "key\n"}, {"mlflow_uri": "https://m.example\n"}):
+        with pytest.raises(ConfigError):
+            RunConfig.from_dict({"tracking": fields})
+    with pytest.raises(ConfigError) as error:
+        experiment_from_dict({"preset": "smoke", "arms": {"static": None, "nl\n": {}}, "seeds": 1})
+    assert [e.field for e in error.value.errors] == ["arms.nl\n"]

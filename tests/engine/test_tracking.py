@@ -32,6 +32,7 @@ from inspo_engine.events import (
     StepCompleted,
     TrackerFailed,
 )
+from inspo_engine.netpolicy import NetPolicy
 from inspo_engine.tracking import TrackingSink, package_errors
 
 SEED = "Answer the question; search when unsure."
@@ -308,6 +309,8 @@ class _MlflowServer:
                 status, body = server.reply(self.path)
                 payload = json.dumps(body).encode()
                 self.send_response(status)
+                if getattr(server, "location", ""):
+                    self.send_header("Location", server.location)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -361,3 +364,87 @@ def test_an_mlflow_secret_needs_the_server_it_goes_to():
         RunConfig.from_dict({"tracking": {"mlflow_secret": "token"}})
     assert [e.field for e in error.value.errors] == ["tracking.mlflow_secret"]
     assert RunConfig.from_dict({"tracking": {"mlflow_secret": "token", "mlflow_uri": "https://m.example"}})
+
+
+class _Scripted(_MlflowServer):
+    """An MLflow server that answers every request with `status`, a `Location` and a body of its choosing."""
+
+    def __init__(self, status: int, *, location: str = "", body: dict | None = None) -> None:
+        self.status, self.location, self.body = status, location, body or {}
+        super().__init__()
+
+    def reply(self, path: str) -> tuple[int, dict]:  # type: ignore[override]
+        return self.status, self.body
+
+
+def _only(server: _MlflowServer) -> NetPolicy:
+    """The platform's policy with the one server allowed (a private address, so named in private_hosts)."""
+    return NetPolicy(private_hosts=(server.uri.removeprefix("http://"),))
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("policy", ["platform", "command line"])
+def test_an_mlflow_server_that_redirects_gets_no_request_followed_to_where_it_points(tmp_path, status, policy):
+    internal = _MlflowServer()  # an internal service on a port nobody allowed
+    allowed = _Scripted(status)
+    allowed.location = f"{internal.uri}/api/2.0/mlflow/experiments/get-by-name"
+    try:
+        config = _config("mlflow", mlflow_uri=allowed.uri)
+        chosen = _only(allowed) if policy == "platform" else None
+        warnings = _run(config, tmp_path, mlflow_token="s3cret", policy=chosen)
+    finally:
+        allowed.close()
+        internal.close()
+    assert internal.requests == []
+    assert allowed.requests  # the allowed server was asked, and only it
+    failed = warnings.of(TrackerFailed)
+    assert failed and all(f"HTTP {status}, a redirect, not followed" in w.error for w in failed)
+    assert all(allowed.uri in w.error and internal.uri not in w.error for w in failed)
+
+
+def test_a_tracker_error_names_the_url_and_status_never_what_the_server_wrote(tmp_path):
+    """A server that answers 500 with an internal body and the Authorization header it was sent."""
+    body = {"message": "INTERNAL-BODY db password=hunter2", "echo": "Authorization: Bearer s3cret-token"}
+    server = _Scripted(500, body=body)
+    try:
+        warnings = _run(_config("mlflow", mlflow_uri=server.uri), tmp_path, mlflow_token="s3cret-token")
+    finally:
+        server.close()
+    failed = warnings.of(TrackerFailed)
+    assert failed
+    for warning in failed:
+        assert "HTTP 500" in warning.error and server.uri in warning.error
+        assert "INTERNAL-BODY" not in warning.error and "hunter2" not in warning.error
+        assert "s3cret-token" not in warning.error
+
+
+def test_a_request_the_policy_refuses_is_never_sent_and_says_why_in_our_words(tmp_path):
+    server = _MlflowServer()
+    try:
+        warnings = _run(_config("mlflow", mlflow_uri=server.uri), tmp_path, policy=NetPolicy())
+    finally:
+        server.close()
+    assert server.requests == []
+    failed = warnings.of(TrackerFailed)
+    assert failed and "refused by the network policy" in failed[0].error and "allow-list" in failed[0].error
+
+
+def test_a_server_that_keeps_artifacts_elsewhere_gets_metrics_and_one_warning(tmp_path):
+    class Elsewhere(_MlflowServer):
+        @staticmethod
+        def reply(path: str) -> tuple[int, dict]:
+            status, body = _MlflowServer.reply(path)
+            if "runs/create" in path:
+                body["run"]["info"]["artifact_uri"] = "s3://bucket/1/r1/artifacts"
+            return status, body
+
+    server = Elsewhere()
+    try:
+        warnings = _run(_config("mlflow", mlflow_uri=server.uri), tmp_path)
+    finally:
+        server.close()
+    paths = [path for _, path, _ in server.requests]
+    assert any("runs/log-batch" in p for p in paths) and not any("mlflow-artifacts" in p for p in paths)
+    assert any("runs/update" in p for p in paths)  # the run was closed
+    failed = warnings.of(TrackerFailed)
+    assert len(failed) == 1 and "stores artifacts outside its artifact proxy" in failed[0].error

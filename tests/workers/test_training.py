@@ -232,3 +232,37 @@ def test_time_limits_come_from_settings_soft_below_hard(settings):
     training, evaluation = tasks.run_training, tasks.evaluate
     assert settings.INSPO_RUN_TIME_LIMIT_S < training.soft_time_limit < training.time_limit
     assert evaluation.soft_time_limit < evaluation.time_limit
+
+
+class LeaksASecret(CancelledDuringStep):
+    """A library that puts a key into its log line and its exception, as an HTTP client echoing a header would."""
+
+    def rollout(self, requests, group_size):
+        self.calls += 1
+        if self.calls == self.at:
+            import logging
+
+            logging.getLogger("some.library").warning("retrying with Authorization: Bearer %s", PLANTED)
+            raise RuntimeError(f"401 from https://tracker.example: header was 'Bearer {PLANTED}'")
+        return self.inner.rollout(requests, group_size)
+
+
+PLANTED = "planted-team-secret-7f3a9c"
+
+
+def test_a_team_secret_in_an_exception_or_log_line_never_reaches_a_note_the_error_or_the_log(
+    submit, alice, alice_team, caplog
+):
+    from webapp.accounts.services import team_secret_set
+
+    team_secret_set(team=alice_team, user=alice, name="mlflow-token", value=PLANTED)
+    run = submit()
+    with pytest.raises(RuntimeError):
+        run_execute(run_id=run.pk, backend=LeaksASecret(run.pk, at=3))
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and "401 from https://tracker.example" in run.error
+    assert PLANTED not in run.error and "[redacted]" in run.error
+    notes = RunNote.objects.filter(run=run)
+    assert notes.filter(kind="run_failed").exists()
+    assert all(PLANTED not in str(payload) for payload in notes.values_list("payload", flat=True))
+    assert "retrying with Authorization: Bearer [redacted]" in caplog.text and PLANTED not in caplog.text

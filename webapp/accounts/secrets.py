@@ -46,3 +46,15 @@ def team_secret_value(*, team: Team, name: str) -> str | None:
     if secret is None:
         return None
     return secret_unseal(team_id=team.pk, name=name, ciphertext=secret.ciphertext)
+
+
+def team_secret_values(*, team: Team) -> list[str]:
+    """Every value the team stored (those that no longer decrypt left out): what a run's notes, events and log lines
+    must never show (`inspo_engine.redact`)."""
+    values = []
+    for secret in TeamSecret.objects.filter(team=team):
+        try:
+            values.append(secret_unseal(team_id=team.pk, name=secret.name, ciphertext=secret.ciphertext))
+        except ValueError:
+            continue
+    return values

@@ -137,7 +137,7 @@ def api_token_revoke(*, user: User, token_id: int) -> None:
         raise Http404("no such token")
 
 
-SECRET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+SECRET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 MAX_SECRET_CHARS = 4096
 
 
@@ -146,7 +146,7 @@ def team_secret_set(*, team: Team, user: User, name: str, value: str) -> TeamSec
     to the base URL they bring; the value is never shown again."""
     require_role(user, team, Role.MEMBER)
     errors: dict[str, list[str]] = {}
-    if not SECRET_NAME.match(name):
+    if not SECRET_NAME.fullmatch(name):
         errors["name"] = ["letters, digits, '_', '.', '-', at most 64, starting with a letter or digit"]
     if not value or len(value) > MAX_SECRET_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in value):
         errors["value"] = [f"a key of 1 to {MAX_SECRET_CHARS} characters without control characters"]

@@ -466,6 +466,9 @@ INSPO_ARCHIVE_MAX_BYTES = env_int("INSPO_ARCHIVE_MAX_BYTES", 200 * 2**30)
 INSPO_TEAM_MAX_ACTIVE_RUNS = env_int("INSPO_TEAM_MAX_ACTIVE_RUNS", 4, minimum=0)
 """Runs a team may have queued, running or cancelling at once; one more submission, clone or resume is refused
 (429) until one ends. 0: no limit."""
+INSPO_TEAM_MAX_PENDING_RUNS = env_int("INSPO_TEAM_MAX_PENDING_RUNS", 64, minimum=0)
+"""Runs of experiments a team may have waiting (pending) for a slot under INSPO_TEAM_MAX_ACTIVE_RUNS; an experiment
+whose runs would go past it is refused (400) whole, naming how many slots are left. 0: no limit."""
 
 INSPO_OPTIMIZER_PRICES: dict[str, list[float]] = env_json(
     "INSPO_OPTIMIZER_PRICES",

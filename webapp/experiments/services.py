@@ -21,7 +21,7 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
 from webapp.runs.configs import config_admit, tracking_named
 from webapp.runs.models import Run
-from webapp.runs.services import run_cancel, run_submit
+from webapp.runs.services import experiment_pending_check, run_cancel, run_submit
 
 from .models import Experiment
 
@@ -96,6 +96,7 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
     experiment = experiment_read(spec)
     configs = experiment_configs(experiment, team=team)
     with transaction.atomic():
+        experiment_pending_check(team, runs=len(configs))
         row = Experiment.objects.create(
             team=team,
             created_by=user,

@@ -193,7 +193,7 @@ PATH_FIELDS: dict[str, frozenset[str]] = {
     "optimizer.local_model_path": frozenset({BUILTIN_MODEL}),
 }
 MODEL_FIELDS = ("backend.model", "optimizer.local_model_path")
-HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def team_data_dir(team: Team) -> Path:
@@ -208,7 +208,7 @@ def confine_path(field: str, value: str, *, team: Team, known: frozenset[str] = 
     root = team_data_dir(team)
     if value in known:
         return value
-    if field in MODEL_FIELDS and HUB_ID.match(value) and not _exists(root / value):
+    if field in MODEL_FIELDS and HUB_ID.fullmatch(value) and not _exists(root / value):
         if not _exists(Path(value)):
             return value
         raise InvalidInput({field: [f"{value!r} reads as a hub id but is also a path here; give the path in {root}"]})

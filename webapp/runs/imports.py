@@ -154,7 +154,7 @@ def _events_read(path: Path) -> list[Line]:
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ImportRefused(f"{EVENTS_FILE} line {number} is not an engine event: {error!r}") from error
         event = lines[-1][1]
-        if isinstance(event, ev.CheckpointSaved) and not CHECKPOINT_NAME.match(Path(event.path).name):
+        if isinstance(event, ev.CheckpointSaved) and not CHECKPOINT_NAME.fullmatch(Path(event.path).name):
             raise ImportRefused(f"{EVENTS_FILE} line {number}: a checkpoint outside {CHECKPOINTS_DIR}/step-NNNNNN")
     return lines
 

@@ -59,6 +59,7 @@ def _active_runs_check(team: Team, *, wait: bool = False) -> bool:
     Team.objects.select_for_update().filter(pk=team.pk).first()
     active = Run.objects.filter(team=team, status__in=Run.ACTIVE).count()
     if active >= most and wait:
+        pending_slots_check(team, runs=1)
         return True
     if active >= most:
         raise QuotaExceeded(
@@ -66,6 +67,39 @@ def _active_runs_check(team: Team, *, wait: bool = False) -> bool:
             "wait for one to finish or cancel one"
         )
     return False
+
+
+def pending_slots_check(team: Team, *, runs: int) -> None:
+    """Refuse (400) `runs` more pending runs when they would take the team past INSPO_TEAM_MAX_PENDING_RUNS, saying
+    how many slots are left. Call it holding the team's row (`_active_runs_check` locks it)."""
+    most = settings.INSPO_TEAM_MAX_PENDING_RUNS
+    if not most:
+        return
+    pending = Run.objects.filter(team=team, status=Run.Status.PENDING).count()
+    if pending + runs > most:
+        left = max(0, most - pending)
+        raise InvalidInput(
+            {
+                "seeds": [
+                    f"your team may have {most} runs waiting for a slot and has {pending}, so {left} "
+                    f"{'is' if left == 1 else 'are'} left; this would add {runs}: use fewer arms or seeds, or "
+                    "wait for the team's experiments to finish"
+                ]
+            }
+        )
+
+
+def experiment_pending_check(team: Team, *, runs: int) -> None:
+    """Inside a transaction: lock the team's row and refuse an experiment of `runs` runs whose runs beyond the free
+    active slots would take the team past its pending runs (`pending_slots_check`), before any of them is stored."""
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    most = settings.INSPO_TEAM_MAX_ACTIVE_RUNS
+    if not most:
+        return
+    active = Run.objects.filter(team=team, status__in=Run.ACTIVE).count()
+    waiting = runs - max(0, most - active)
+    if waiting > 0:
+        pending_slots_check(team, runs=waiting)
 
 
 def run_submit(

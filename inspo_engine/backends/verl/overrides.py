@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import LOSS_AGGREGATION, RunConfig, loss_norm_tokens, reward_scaling
+from ...config import LOSS_AGGREGATION, RunConfig, TrackingConfig, loss_norm_tokens, reward_scaling
 from .turns import response_length_for
 
 AGENT_NAME = "inspo_search_r1"
@@ -128,7 +128,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("trainer.critic_warmup", 0),
         ("trainer.n_gpus_per_node", cluster.n_gpus_per_node),
         ("trainer.nnodes", cluster.nnodes),
-        ("trainer.logger", ["console", *config.tracking.backends]),  # verl's own metrics (verl/tracking.py)
+        ("trainer.logger", verl_loggers(config.tracking)),  # verl's own metrics (verl/tracking.py)
         ("trainer.project_name", config.tracking.project),
         ("trainer.experiment_name", experiment),
         ("trainer.resume_mode", "disable"),
@@ -172,7 +172,7 @@ def loss_pairs(config: RunConfig) -> list[tuple[str, Any]]:
     ]
 
 
-_BARE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-./]*$")
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-./]*")
 
 
 def _value(value: Any) -> str:
@@ -190,7 +190,7 @@ def _value(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(_value(v) for v in value) + "]"
     text = str(value)
-    return text if _BARE.match(text) and text not in ("true", "false", "null") else quote(text)
+    return text if _BARE.fullmatch(text) and text not in ("true", "false", "null") else quote(text)
 
 
 def quote(text: str) -> str:
@@ -209,3 +209,17 @@ def quote(text: str) -> str:
 def describe(overrides: list[str]) -> str:
     """Overrides one per line, as a shell continuation, for `python -m inspo_engine verl-config`."""
     return " \\\n".join(overrides)
+
+
+def verl_loggers(tracking: TrackingConfig) -> list[str]:
+    """verl's own trackers: the run's, except MLflow on a server, which MLflow's own client would reach with
+    requests that follow redirects past the network policy; the engine's events reach that server through
+    `inspo_engine.tracking.MlflowRestTracker`, and verl's metrics go to TensorBoard or W&B when they are named.
+
+    >>> verl_loggers(TrackingConfig(backends=["mlflow", "tensorboard"], mlflow_uri="https://m.example"))
+    ['console', 'tensorboard']
+    >>> verl_loggers(TrackingConfig(backends=["mlflow"]))
+    ['console', 'mlflow']
+    """
+    served = tracking.mlflow_uri is not None
+    return ["console", *(name for name in tracking.backends if not (served and name == "mlflow"))]

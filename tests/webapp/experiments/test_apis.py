@@ -59,6 +59,9 @@ def test_a_custom_arm_is_any_set_of_overrides_and_trains_with_them(alice, api):
         ({"overrides": {"env.dataset": "/etc/passwd"}}, "overrides.env.dataset"),
         ({"arms": {"static": None, "outside": {"env.corpus": "../../elsewhere.jsonl"}}}, "arms.outside.env.corpus"),
         ({"seeds": 30, "arms": ["static", "inspo"]}, "seeds"),
+        ({"evaluation": {"split": "../teams/2/private/test"}}, "evaluation.split"),
+        ({"evaluation": {"split": "test/../../x"}}, "evaluation.split"),
+        ({"arms": {"static": None, "nl\n": {"grpo.lr": 1e-7}}}, "arms.nl\n"),
     ],
 )
 def test_a_bad_experiment_is_a_400_naming_the_field_and_starts_nothing(alice, api, changes, field):
@@ -100,6 +103,38 @@ def test_runs_beyond_the_quota_wait_as_pending_and_start_as_slots_free(
         assert second is not None and second.give_up("out of memory")  # a failure frees its slot too
     assert [r.status for r in runs.all()] == ["finished", "failed", "queued", "queued"]
     assert len(enqueued) == 4
+
+
+def test_pending_runs_are_bounded_and_an_experiment_past_the_bound_is_refused_whole(
+    alice, alice_team, api, settings, enqueued, committed
+):
+    settings.INSPO_TEAM_MAX_ACTIVE_RUNS = 2
+    settings.INSPO_TEAM_MAX_PENDING_RUNS = 5
+    client = api(alice)
+    with committed(execute=True):
+        first = create(client, arms=["static", "inspo"], seeds=3)  # 6 runs: 2 queued, 4 pending
+    assert first.status_code == 201, first.json()
+    assert Run.objects.filter(status=Run.Status.PENDING).count() == 4
+    second = create(client, arms=["static", "inspo"], seeds=1)  # 2 more would wait: 6 > 5
+    assert second.status_code == 400, second.json()
+    message = second.json()["seeds"][0]
+    assert "may have 5 runs waiting" in message and "1 is left" in message and "would add 2" in message
+    assert Experiment.objects.count() == 1 and Run.objects.count() == 6  # nothing of the refused one kept
+    third = create(client, arms=["static"], seeds=1)  # one more fits exactly
+    assert third.status_code == 201, third.json()
+    assert Run.objects.filter(status=Run.Status.PENDING).count() == 5
+
+
+def test_two_experiments_of_16_arms_by_3_seeds_do_not_queue_96_runs(alice, api, settings, committed):
+    """The audit's probe, at its sizes and the default bound (64)."""
+    assert settings.INSPO_TEAM_MAX_PENDING_RUNS == 64
+    arms = {f"a{i}": {"grpo.lr": 1e-6 * (i + 1)} for i in range(16)}
+    client = api(alice)
+    with committed(execute=True):
+        assert create(client, arms=arms, seeds=3, baseline="a0").status_code == 201  # 4 queued, 44 pending
+    response = create(client, arms=arms, seeds=3, baseline="a0")
+    assert response.status_code == 400 and "20 are left" in response.json()["seeds"][0]
+    assert Run.objects.count() == 48
 
 
 def test_the_sweep_starts_pending_runs_a_missed_hook_left_waiting(alice, alice_team, settings, enqueued, committed):

@@ -115,3 +115,16 @@ def test_evaluation_benchmarks_are_confined_the_same_way(alice, alice_team, data
     assert "benchmarks" in caught.value.errors
     request = services.run_evaluate(run=run, user=alice, benchmarks=["builtin", "hotpotqa"])
     assert request.benchmarks == ["builtin", str(team_data_dir(alice_team).resolve() / "hotpotqa")]
+
+
+@pytest.mark.parametrize("split", ["../../teams/2/private/test", "../test", "a/b", "test\n", ".."])
+def test_a_split_is_a_name_never_a_path_into_another_teams_data(alice, alice_team, bob_team, api, data, split):
+    """The audit's probe: a benchmark directory of alice's and a split that climbs into bob's (a 201 before)."""
+    line = '{"id": "1", "question": "q", "golden_answers": ["a"]}\n'
+    for directory in (team_data_dir(alice_team) / "nq", team_data_dir(bob_team) / "private"):
+        directory.mkdir(parents=True)
+        (directory / "test.jsonl").write_text(line)
+    overrides = {"eval.benchmarks": ["nq"], "eval.split": split}
+    response = api(alice).post("/api/v1/runs/", {"name": "s", "preset": "smoke", "overrides": overrides}, format="json")
+    assert response.status_code == 400, response.json()
+    assert "eval.split" in response.json()["config"]

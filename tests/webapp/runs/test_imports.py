@@ -329,6 +329,7 @@ def test_a_directory_without_events_is_refused(alice, alice_team, copy_of, runs_
         ('{"grpo": {"group_size": 1}}', "grpo.group_size: must be ≥ 2"),
         ("{not json", "not valid JSON"),
         (None, "has no config.json"),
+        ('{"eval": {"split": "../teams/2/private/test"}}', "eval.split: must be a split's name"),
     ],
 )
 def test_an_invalid_config_is_refused(alice, alice_team, copy_of, runs_dir, config, message):

@@ -75,7 +75,9 @@ def test_a_teams_mlflow_token_goes_to_the_runs_mlflow_tracker_and_never_into_its
     (sink,) = _trackers(run, RunConfig.from_dict(run.config), ListSink())
     (slot,) = sink.slots
     tracker = slot.start()
-    assert (tracker.name, tracker.uri, tracker.token) == ("mlflow", uri, "ml-token-of-alice")
+    assert (tracker.name, tracker.uri) == ("mlflow", uri)
+    assert tracker.http.headers["Authorization"] == "Bearer ml-token-of-alice"
+    assert tracker.http._transport.policy.private_hosts == (f"localhost:{httpserver.port}",)  # the operator's policy
 
 
 def test_another_teams_mlflow_token_cannot_be_named(alice, alice_team, bob, api, settings):
