@@ -17,11 +17,11 @@ from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.config import RunConfig
 from inspo_engine.evaluate import Answerer, checkpoint_best, checkpoint_policy, evaluate_checkpoint
 from webapp.runs import lifecycle
-from webapp.runs.configs import benchmark_paths, config_confine
 from webapp.runs.endpoints import net_policy
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
 from webapp.runs.selectors import BENCHMARK_METRICS
 
+from .inputs import local_benchmarks, stored_config
 from .liveness import Watchdog
 
 log = logging.getLogger(__name__)
@@ -53,9 +53,8 @@ def evaluation_execute(*, request_id: int, worker: str = "", answerer: AnswererF
 
 
 def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluation]:
-    team = request.run.team
-    config = config_confine(RunConfig.from_dict(request.run.config), team=team)
-    benchmarks = benchmark_paths(list(request.benchmarks), team=team)
+    config, _ = stored_config(request.run)
+    benchmarks, names = local_benchmarks(request.run, list(request.benchmarks))
     checkpoint_dir = Path(request.checkpoint.path)
     best = checkpoint_best(checkpoint_dir, config)
     instruction = Instruction.objects.filter(run=request.run, key=best.id).first()
@@ -66,7 +65,7 @@ def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluat
             Evaluation(
                 run=request.run,
                 step=request.checkpoint.step,
-                benchmark=result.benchmark[:200],
+                benchmark=names.get(result.benchmark, result.benchmark)[:200],
                 metric=metric,
                 value=value,
                 n=len(result.trajectories),

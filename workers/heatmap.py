@@ -17,16 +17,15 @@ from django.conf import settings
 
 from inspo_engine import events as ev
 from inspo_engine.checkpoints import POLICY_DIR
-from inspo_engine.config import RunConfig
 from inspo_engine.env.datasets import load_questions
 from inspo_engine.env.rewards import exact_match, f1
 from inspo_engine.evaluate import Answerer, CellResult, evaluate_grid, sample_questions
 from webapp.runs import lifecycle
-from webapp.runs.configs import benchmark_paths, config_confine
 from webapp.runs.models import Heatmap, HeatmapCell
 from webapp.runs.selectors import run_directory
 
 from .evaluation import AnswererFactory, torch_answerer
+from .inputs import local_benchmarks, stored_config
 from .liveness import Watchdog, shutdown_requested_at
 
 log = logging.getLogger(__name__)
@@ -56,9 +55,8 @@ def heatmap_execute(*, heatmap_id: int, worker: str = "", answerer: AnswererFact
 
 
 def _evaluate(claim: lifecycle.HeatmapClaim, heatmap: Heatmap, make: AnswererFactory, watchdog: Watchdog) -> str:
-    team = heatmap.run.team
-    config = config_confine(RunConfig.from_dict(heatmap.run.config), team=team)
-    [benchmark] = benchmark_paths([heatmap.benchmark], team=team, field="benchmark")
+    config, _ = stored_config(heatmap.run)
+    [benchmark], _ = local_benchmarks(heatmap.run, [heatmap.benchmark], field="benchmark")
     questions = sample_questions(load_questions(benchmark, "test"), heatmap.sample_size, seed=heatmap.sample_seed)
     if not questions:
         raise ValueError(f"{heatmap.benchmark}: no test questions to answer")

@@ -1,7 +1,7 @@
-"""Celery tasks: train a run, evaluate a checkpoint, evaluate an instruction × checkpoint heatmap, and the periodic
-sweep (lost and stalled runs, lost evaluations, rows the broker never received). Each takes ids only and calls one
-function of `workers.training`, `workers.evaluation`, `workers.heatmap` or `webapp.runs.lifecycle`; time limits
-come from settings.
+"""Celery tasks: train a run, evaluate a checkpoint, evaluate an instruction × checkpoint heatmap, build a corpus's
+index, and the periodic sweep (lost and stalled runs, lost evaluations, rows the broker never received). Each takes
+ids only and calls one function of `workers.training`, `workers.evaluation`, `workers.heatmap`, `workers.indexing`
+or `webapp.runs.lifecycle`; time limits come from settings.
 
 The worker's signals: a warm shutdown (SIGTERM or Ctrl-C to the main process) and a SIGTERM to a pool's child
 both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); a worker
@@ -19,11 +19,13 @@ from celery.signals import worker_process_init, worker_ready, worker_shutting_do
 from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
+from webapp.data.indexing import INDEX_TASK
 from webapp.runs import lifecycle
 from webapp.runs.tasks import EVALUATION_TASK, HEATMAP_TASK, TRAINING_TASK
 
 from .evaluation import evaluation_execute
 from .heatmap import heatmap_execute
+from .indexing import index_execute
 from .liveness import mark_pool_child, request_shutdown, sigterm_asks_to_stop
 from .training import run_execute
 
@@ -60,6 +62,11 @@ def evaluate(self: Task, request_id: int) -> str:
 def evaluate_heatmap(self: Task, heatmap_id: int) -> str:
     with sigterm_asks_to_stop():
         return heatmap_execute(heatmap_id=heatmap_id, worker=self.request.hostname or "")
+
+
+@app.task(name=INDEX_TASK, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3)
+def build_index(job_id: int) -> str:
+    return index_execute(job_id=job_id)
 
 
 @app.task(name="workers.tasks.sweep")

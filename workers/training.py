@@ -5,6 +5,7 @@ checkpoint). An attempt that lost its run (see `webapp.runs.lifecycle`) stops wi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import subprocess
 import time
@@ -20,14 +21,15 @@ from inspo_engine.config import RunConfig
 from inspo_engine.redact import RedactingSink, Redactor, redacted_logging
 from inspo_engine.tracking import TrackingSink
 from webapp.accounts.secrets import team_secret_values
+from webapp.data.indexing import run_index_wait
 from webapp.runs import lifecycle
-from webapp.runs.configs import config_confine
 from webapp.runs.endpoints import RunAccess, net_policy, run_access, tracking_key, tracking_token
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 from webapp.runs.recorder import DatabaseSink
 
 from .control import ControlRelay, DatabaseControl
+from .inputs import stored_config
 from .liveness import Watchdog, shutdown_requested_at
 from .progress import StepLog
 
@@ -62,8 +64,26 @@ def run_prepare(run: Run) -> RunAccess:
     """The stored config checked again before anything connects or loads (settings and files may have changed
     since submission): paths confined to the team's data, URLs on the allow-list, the one optimizer key it may
     send. InvalidInput when the run may not go ahead."""
-    config = config_confine(RunConfig.from_dict(run.config), team=run.team)
-    return run_access(config=config, team=run.team)
+    return run_inputs(run)[0]
+
+
+def run_inputs(run: Run) -> tuple[RunAccess, dict[str, str]]:
+    """`run_prepare`, and the map from the local paths of the data the config names (`data:<name>@<n>`, fetched
+    into the cache) back to the references: what the run's evaluations are named by."""
+    config, names = stored_config(run)
+    return run_access(config=config, team=run.team), names
+
+
+class BenchmarkNames:
+    """An EventSink that names each evaluation by the data reference its benchmark's local path came from."""
+
+    def __init__(self, inner: ev.EventSink, names: dict[str, str]) -> None:
+        self.inner, self.names = inner, names
+
+    def emit(self, event: ev.Event) -> None:
+        if isinstance(event, ev.EvalCompleted) and event.benchmark in self.names:
+            event = dataclasses.replace(event, benchmark=self.names[event.benchmark])
+        self.inner.emit(event)
 
 
 def run_out_dir(run: Run) -> Path:
@@ -74,6 +94,11 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     """Train the run if it is still queued; returns the run's final status, 'skipped' when another worker (or a
     cancel) got to it first, or 'superseded' when this attempt lost the run while it trained. Idempotent: a
     second delivery of the same run changes nothing."""
+    waiting = Run.objects.select_related("team").filter(pk=run_id, status=Run.Status.QUEUED).first()
+    job = run_index_wait(waiting) if waiting is not None else None
+    if job is not None:
+        log.info("run %s: waits for index job %s (%s of data:%s)", run_id, job.pk, job.method, job.version.dataset.name)
+        return "waiting"
     attempt = lifecycle.run_claim(run_id=run_id, worker=worker)
     if attempt is None:
         log.info("run %s: not queued any more; nothing to do", run_id)
@@ -128,7 +153,7 @@ def _train(
 ) -> Any:
     from inspo_engine.build import build_run
 
-    access = run_prepare(run)
+    access, names = run_inputs(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
@@ -138,7 +163,7 @@ def _train(
         access.config,
         out_dir=run_out_dir(run),
         cache_dir=Path(settings.INSPO_CACHE_DIR),
-        sink=ev.FanoutSink(sink, *trackers),
+        sink=BenchmarkNames(ev.FanoutSink(sink, *trackers), names),
         api_key=access.api_key,
         should_stop=stop,
         owns_run=attempt.current,
@@ -192,7 +217,7 @@ def _train_verl(
     def started(process: subprocess.Popen[bytes]) -> None:
         watchdog.before_exit.append(lambda: terminate(process, grace_s=10.0))
 
-    access = run_prepare(run)
+    access, names = run_inputs(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
@@ -203,7 +228,7 @@ def _train_verl(
         return verl_execute(
             access.config,
             run_out_dir(run),
-            sink=ev.FanoutSink(sink, *trackers),
+            sink=BenchmarkNames(ev.FanoutSink(sink, *trackers), names),
             should_stop=stop,
             resume_step=checkpoint.step if checkpoint is not None else None,
             api_key=access.api_key,

@@ -49,7 +49,7 @@ async function errorText(response: Response): Promise<string> {
   }
 }
 
-function cookie(name: string): string | null {
+export function cookie(name: string): string | null {
   for (const part of document.cookie.split(";")) {
     const [key, ...value] = part.trim().split("=");
     if (key === name) return decodeURIComponent(value.join("="));

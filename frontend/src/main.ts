@@ -3,6 +3,7 @@
 import "./styles.css";
 import { Api } from "./api";
 import { comparePage } from "./pages/compare";
+import { dataPage } from "./pages/data";
 import { experimentPage } from "./pages/experiment";
 import { lineagePage } from "./pages/lineage";
 import { listPage } from "./pages/list";
@@ -20,6 +21,7 @@ const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | voi
   new: newRunPage,
   experiment: experimentPage,
   "new-experiment": newExperimentPage,
+  data: dataPage,
 };
 
 const root = document.getElementById("app");

@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit
@@ -40,6 +40,12 @@ class ScoredRetriever(Retriever, Protocol):
     """A retriever that can also say how well each passage matched (the Search-R1 server reports it)."""
 
     def search_with_scores(self, queries: Sequence[str], k: int) -> Scored: ...
+
+
+Progress = Callable[[int, int], None]
+"""(passages done, passages in all) while an index is built."""
+PROGRESS_CHUNK = 5_000
+"""Passages tokenized or encoded between two progress reports."""
 
 
 def corpus_key(method: str, passages: Sequence[Passage]) -> str:
@@ -178,7 +184,9 @@ class DenseRetriever:
         cache_dir: Path | None = None,
         batch_size: int = 64,
         device: str | None = None,
+        progress: Progress | None = None,
     ) -> None:
+        """`progress(done, total)` is called after each chunk of passages encoded (it may raise to stop)."""
         if not passages:
             raise ValueError("a dense retriever needs at least one passage")
         self.passages = list(passages)
@@ -186,6 +194,7 @@ class DenseRetriever:
         self.model_name = DEFAULT_MODEL_NAME if model_path is None else str(self.model_path.resolve())
         self.batch_size = batch_size
         self.device = device
+        self.progress = progress
         self.key = corpus_key(f"dense:{self.model_name}", self.passages)
         self.encoded_passages = 0
         self.index = self._load(cache_dir) if cache_dir is not None else None
@@ -233,7 +242,14 @@ class DenseRetriever:
 
     def _encode(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
         model = _encoder(str(self.model_path), self.device)
-        return np.ascontiguousarray(model.encode(list(texts), batch_size=self.batch_size), dtype=np.float32)
+        if self.progress is None:
+            return np.ascontiguousarray(model.encode(list(texts), batch_size=self.batch_size), dtype=np.float32)
+        parts = []
+        for start in range(0, len(texts), PROGRESS_CHUNK):
+            chunk = list(texts[start : start + PROGRESS_CHUNK])
+            parts.append(np.asarray(model.encode(chunk, batch_size=self.batch_size), dtype=np.float32))
+            self.progress(start + len(chunk), len(texts))
+        return np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
 
     def search_with_scores(self, queries: Sequence[str], k: int) -> Scored:
         if not queries:
@@ -259,10 +275,31 @@ def _tokenize(texts: Sequence[str], *, ids: bool) -> Any:
     return bm25s.tokenize(list(texts), stopwords="en", return_ids=ids, show_progress=False)
 
 
+def _chunked_tokens(texts: list[str], progress: Progress | None) -> Any:
+    """bm25s's tokens of `texts` (ids and vocabulary), tokenized a chunk at a time when `progress` is asked for: the
+    chunks' ids are mapped onto one vocabulary, so the index is the one a single call would build."""
+    if progress is None:
+        return _tokenize(texts, ids=True)
+    import bm25s
+
+    vocab: dict[str, int] = {}
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), PROGRESS_CHUNK):
+        chunk = _tokenize(texts[start : start + PROGRESS_CHUNK], ids=True)
+        words = {index: word for word, index in chunk.vocab.items()}
+        mapping = {index: vocab.setdefault(word, len(vocab)) for index, word in words.items()}
+        ids += [[mapping[i] for i in document] for document in chunk.ids]
+        progress(min(start + PROGRESS_CHUNK, len(texts)), len(texts))
+    return bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
+
+
 class BM25Retriever:
     """Okapi BM25 (bm25s) over lower-cased word tokens without English stopwords; the index is cached if asked."""
 
-    def __init__(self, passages: Sequence[Passage], *, cache_dir: Path | None = None) -> None:
+    def __init__(
+        self, passages: Sequence[Passage], *, cache_dir: Path | None = None, progress: Progress | None = None
+    ) -> None:
+        """`progress(done, total)` is called after each chunk of passages tokenized (it may raise to stop)."""
         import bm25s
 
         if not passages:
@@ -274,7 +311,7 @@ class BM25Retriever:
         if self.loaded_from_cache:
             self._bm25 = bm25s.BM25.load(str(folder))
         else:
-            tokens = _tokenize([_passage_text(p) for p in self.passages], ids=True)
+            tokens = _chunked_tokens([_passage_text(p) for p in self.passages], progress)
             if not tokens.vocab:
                 raise ValueError(f"BM25 found no words to index in {len(self.passages)} passages")
             self._bm25 = bm25s.BM25()
@@ -414,9 +451,10 @@ def build_retriever(
     url: str | None = None,
     cache_dir: Path | None = None,
     policy: NetPolicy | None = None,
+    progress: Progress | None = None,
 ) -> Retriever:
-    """The retriever named by `EnvConfig.retriever`: dense and bm25 index `passages`; remote needs `url`, checked
-    against `policy` when one is given."""
+    """The retriever named by `EnvConfig.retriever`: dense and bm25 index `passages` (reporting `progress` while
+    they build); remote needs `url`, checked against `policy` when one is given."""
     if kind == "remote":
         if not url:
             raise ValueError("a remote retriever needs the URL of a /retrieve server")
@@ -426,5 +464,5 @@ def build_retriever(
     if not passages:
         raise ValueError(f"a {kind} retriever needs a passage corpus")
     if kind == "dense":
-        return DenseRetriever(passages, cache_dir=cache_dir)
-    return BM25Retriever(passages, cache_dir=cache_dir)
+        return DenseRetriever(passages, cache_dir=cache_dir, progress=progress)
+    return BM25Retriever(passages, cache_dir=cache_dir, progress=progress)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404
 
+from webapp.core.errors import InvalidInput
+
 from .models import ApiToken, Invitation, Membership, Role, Team, TeamSecret, User
 from .permissions import AnyUser
 
@@ -25,6 +27,20 @@ def team_get(*, user: AnyUser, slug: str) -> Team:
     if team is None:
         raise Http404("no such team")
     return team
+
+
+def team_for_submission(*, user: AnyUser, slug: str | None) -> Team:
+    """What a submission (a run, an experiment, an upload) belongs to: the named team among the user's, or their only
+    team. Unknown and foreign slugs read the same (a 400 naming `team`)."""
+    if slug:
+        try:
+            return team_get(user=user, slug=slug)
+        except Http404:
+            raise InvalidInput({"team": ["no team with this slug among yours"]}) from None
+    teams = list(team_list(user=user)[:2])
+    if len(teams) != 1:
+        raise InvalidInput({"team": ["you are in several teams (or none): name one"]})
+    return teams[0]
 
 
 def membership_list(*, team: Team) -> QuerySet[Membership]:

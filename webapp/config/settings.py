@@ -109,6 +109,17 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 X_FRAME_OPTIONS = "DENY"
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("DJANGO_DATA_UPLOAD_MAX_MEMORY_SIZE", 2_621_440, minimum=1024)
+FILE_UPLOAD_HANDLERS = ["webapp.data.uploads.BoundedUploadHandler"]
+"""Every uploaded file goes to a temporary file (never held in memory), and one over INSPO_DATA_MAX_UPLOAD_BYTES is
+dropped as it streams (a 413)."""
+INSPO_DATA_MAX_UPLOAD_BYTES = env_int("INSPO_DATA_MAX_UPLOAD_BYTES", 1 << 30, minimum=1024)
+"""The largest file a team may upload (compressed, for a .gz); past it a 413."""
+INSPO_DATA_TEAM_MAX_BYTES = env_int("INSPO_DATA_TEAM_MAX_BYTES", 20 << 30, minimum=0)
+"""What a team's datasets may hold in all (stored sizes); an upload past it is a 400. 0: no limit."""
+INSPO_DATA_MAX_GZIP_RATIO = env_int("INSPO_DATA_MAX_GZIP_RATIO", 100, minimum=2)
+"""How many times its compressed size a .gz upload may expand to (text compresses 3–10×; a bomb 1000×)."""
+INSPO_DATA_MAX_LINE_BYTES = env_int("INSPO_DATA_MAX_LINE_BYTES", 1 << 20, minimum=1024)
+"""The longest JSONL line an upload may have."""
 """The largest request body (bytes) read into memory; a larger one is refused, with 413 and a JSON message on the
 API."""
 
@@ -184,6 +195,7 @@ INSTALLED_APPS = [
     "webapp.accounts",
     "webapp.runs",
     "webapp.experiments",
+    "webapp.data",
 ]
 
 MIDDLEWARE = [
@@ -256,8 +268,17 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "webapp" / "static"]
 STATIC_ROOT = env_path("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles")
+INSPO_DATA_STORAGE_BACKEND = env_str("INSPO_DATA_STORAGE_BACKEND", "django.core.files.storage.FileSystemStorage")
+"""Where uploaded datasets are stored (Django's storage API): the filesystem under INSPO_DATA_DIR/store by default, or
+an S3-compatible object store (`storages.backends.s3.S3Storage`, django-storages; install boto3 beside it) so
+workers on other machines read the same bytes."""
+INSPO_DATA_STORAGE_OPTIONS: dict[str, Any] = env_json(
+    "INSPO_DATA_STORAGE_OPTIONS", {"location": str(INSPO_DATA_DIR / "store")}
+)
+"""The storage's options: for S3 e.g. {"bucket_name": …, "endpoint_url": …, "access_key": …, "secret_key": …}."""
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "data": {"BACKEND": INSPO_DATA_STORAGE_BACKEND, "OPTIONS": INSPO_DATA_STORAGE_OPTIONS},
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
         if env_bool("DJANGO_MANIFEST_STATIC", not DEBUG)

@@ -1,5 +1,5 @@
-"""The site's URL map: pages at / (experiments' at /experiments/), accounts at /accounts/, the API at /api/v1/, its
-schema and docs, admin; error views that answer JSON under /api/."""
+"""The site's URL map: pages at / (experiments' at /experiments/, data's at /data/), accounts at /accounts/, the
+API at /api/v1/, its schema and docs, admin; error views that answer JSON under /api/."""
 
 from django.contrib import admin
 from django.urls import include, path
@@ -7,10 +7,11 @@ from drf_spectacular.views import SpectacularAPIView
 
 from webapp.accounts.urls import api_urlpatterns as accounts_api
 from webapp.core.docs import SwaggerPage
+from webapp.data.urls import api_urlpatterns as data_api
 from webapp.experiments.urls import api_urlpatterns as experiments_api
 from webapp.runs.urls import api_urlpatterns as runs_api
 
-api_v1 = ([*runs_api, *experiments_api, *accounts_api], "api")
+api_v1 = ([*runs_api, *experiments_api, *data_api, *accounts_api], "api")
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -21,6 +22,7 @@ urlpatterns = [
     # for people: signed out, it sends them to sign in and back.
     path("api/docs/", SwaggerPage.as_view(url_name="schema"), name="swagger-ui"),
     path("experiments/", include("webapp.experiments.urls")),
+    path("data/", include("webapp.data.urls")),
     path("", include("webapp.runs.urls")),
 ]
 

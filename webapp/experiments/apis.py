@@ -13,9 +13,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.accounts.permissions import acting_user
+from webapp.accounts.selectors import team_for_submission
 from webapp.core.api import error_responses, query_once
 from webapp.core.text import has_nul
-from webapp.runs.apis import ConfigField, RunPagination, _submission_team
+from webapp.runs.apis import ConfigField, RunPagination
 from webapp.runs.configs import PRESET_NAMES
 
 from . import selectors, services
@@ -47,8 +48,9 @@ class ExperimentListCreateApi(APIView):
         seeds = JsonValueField(help_text="A count (seeds 0 … n−1) or a list of distinct seeds.")
         evaluation = ConfigField(
             required=False,
-            help_text='The held-out evaluation: {"benchmark": "builtin", "split": "test", "size": 0, '
-            '"sample_seed": 0}.',
+            help_text='The held-out evaluation: {"benchmarks": ["builtin"], "split": "test", "size": 0, '
+            '"sample_seed": 0}. Several benchmarks give a verdict each and one over their unweighted average; '
+            '{"benchmark": "builtin"} names one, as before.',
         )
         baseline = serializers.CharField(max_length=64, required=False, help_text="The arm compared with (static).")
 
@@ -79,7 +81,7 @@ class ExperimentListCreateApi(APIView):
         data = self.ExperimentCreateInput(data=request.data)
         data.is_valid(raise_exception=True)
         values = dict(data.validated_data)
-        team = _submission_team(user, values.pop("team", None))
+        team = team_for_submission(user=user, slug=values.pop("team", None))
         name = values.pop("name")
         experiment = services.experiment_submit(team=team, user=user, name=name, spec=values)
         return Response(ExperimentOutputSerializer(experiment).data, status=201)

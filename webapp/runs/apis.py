@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.http import Http404, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiResponse,
@@ -26,9 +26,8 @@ from rest_framework.views import APIView
 from inspo_engine.config import MAX_INSTRUCTION_CHARS
 from webapp.accounts.models import Team, User
 from webapp.accounts.permissions import acting_user
-from webapp.accounts.selectors import team_get, team_list
+from webapp.accounts.selectors import team_for_submission, team_get
 from webapp.core.api import error_responses, query_once
-from webapp.core.errors import InvalidInput
 from webapp.core.files import file_response
 from webapp.core.responses import cached_json
 from webapp.core.text import has_nul
@@ -56,6 +55,7 @@ from .outputs import (
     PresetsOutputSerializer,
     RunDetailOutputSerializer,
     RunOutputSerializer,
+    RunTableOutputSerializer,
     TeamTrackingOutputSerializer,
     TrackingSectionSerializer,
     TrajectoryPageOutputSerializer,
@@ -172,16 +172,7 @@ class RunListCreateApi(APIView):
 
 
 def _submission_team(user: User, slug: str | None) -> Team:
-    """The named team among the user's, or their only team. Unknown and foreign slugs read the same."""
-    if slug:
-        try:
-            return team_get(user=user, slug=slug)
-        except Http404:
-            raise InvalidInput({"team": ["no team with this slug among yours"]}) from None
-    teams = list(team_list(user=user)[:2])
-    if len(teams) != 1:
-        raise InvalidInput({"team": ["you are in several teams (or none): name one"]})
-    return teams[0]
+    return team_for_submission(user=user, slug=slug)
 
 
 # -- one run's data: every read has this shape --------------------------------------------------------------------
@@ -275,6 +266,33 @@ class RunEvaluationsApi(RunReadApi):
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.run_evaluations(run=run)
+
+
+class TableFilter(serializers.Serializer[Any]):
+    step = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=10_000_000,
+        help_text="A step with evaluations (see `steps`). Default: each benchmark's newest evaluation.",
+    )
+
+
+@extend_schema_view(
+    get=extend_schema(
+        parameters=[TableFilter],
+        responses={200: RunTableOutputSerializer, **error_responses(400, 404)},
+        operation_id="runs_table",
+        description="Table 1 of the run: per benchmark its EM and F1, computed from the per-question results when the "
+        "evaluation kept them, and their unweighted average over the benchmarks (Avg.); from each benchmark's newest "
+        "evaluation (the run's final one once it finished), or from those at `step`.",
+    )
+)
+class RunTableApi(RunReadApi):
+    output = RunTableOutputSerializer
+    query = TableFilter
+
+    def read(self, run: Run, **query: Any) -> Any:
+        return selectors.run_benchmark_table(run=run, step=query.get("step"))
 
 
 class TrajectoryFilter(serializers.Serializer[Any]):

@@ -18,6 +18,7 @@ from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
+from webapp.data.references import data_pin, data_snapshot, is_reference
 
 from .endpoints import config_access_check
 
@@ -140,6 +141,22 @@ def tracking_named(*, config: Mapping[str, Any] | None = None, overrides: Mappin
     return any(_names_tracking(str(key)) for key in overrides or {})
 
 
+def benchmarks_named(*, config: Mapping[str, Any] | None = None, overrides: Mapping[str, Any] | None = None) -> bool:
+    """Whether a submission chooses its own benchmarks (`eval.benchmarks` in its partial config or overrides); one
+    that does not is also evaluated on its training data's test split (`data_default_benchmarks`)."""
+    section = (config or {}).get("eval")
+    if isinstance(section, Mapping) and "benchmarks" in section:
+        return True
+    return any(_resolves_to(str(key), "eval.benchmarks") for key in overrides or {})
+
+
+def _resolves_to(key: str, path: str) -> bool:
+    try:
+        return resolve_key(key) == path
+    except ConfigError:
+        return False
+
+
 def _names_tracking(key: str) -> bool:
     try:
         return resolve_key(key).startswith("tracking.")
@@ -230,13 +247,15 @@ def _exists(path: Path) -> bool:
 
 
 def config_confine(config: RunConfig, *, team: Team) -> RunConfig:
-    """The config with every path-like field resolved and confined to the team's data (see `confine_path`);
-    InvalidInput under `config` naming each field that points elsewhere."""
+    """The config with every data reference pinned to its version (`data:<name>@<n>`, see `webapp.data`) and every
+    path-like field resolved and confined to the team's data (see `confine_path`); InvalidInput under `config`
+    naming each field that names unknown data or points elsewhere."""
+    config, _ = data_pin(config, team=team)
     confined: dict[str, Any] = {}
     errors: dict[str, list[str]] = {}
     for field, known in PATH_FIELDS.items():
         value = field_value(config, field)
-        if value:
+        if value and not is_reference(value):
             try:
                 confined[field] = confine_path(field, value, team=team, known=known)
             except InvalidInput as error:
@@ -262,10 +281,14 @@ def _replaced(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:
 
 
 def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks") -> list[str]:
-    """Benchmark names: 'builtin' or files confined like any other path."""
+    """Benchmark names: 'builtin', data references (pinned; see `webapp.data`), or files confined like any other
+    path."""
     confined, errors = [], []
     for name in names:
         try:
+            if is_reference(name):
+                confined.append(data_snapshot(name, team=team, field=field, kind="questions").reference)
+                continue
             confined.append(confine_path(field, name, team=team))
         except InvalidInput as error:
             errors += error.errors[field]

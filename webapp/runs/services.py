@@ -19,10 +19,13 @@ from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
+from webapp.data.references import data_default_benchmarks, data_pin
+from webapp.data.services import run_data_record
 
 from . import selectors, tasks
 from .configs import (
     benchmark_paths,
+    benchmarks_named,
     config_admit,
     config_compose,
     config_total_steps,
@@ -133,6 +136,8 @@ def run_submit(
     require_role(user, team, Role.MEMBER)
     composed = config_compose(preset=preset, base=config, overrides=overrides)
     chosen = isinstance(config, RunConfig) or tracking_named(config=config, overrides=overrides)
+    if not (isinstance(config, RunConfig) or benchmarks_named(config=config, overrides=overrides)):
+        composed = data_default_benchmarks(composed, team=team)
     validated = config_admit(composed, team=team, team_tracking=not chosen)
     name = name.strip()
     if not name:
@@ -155,6 +160,7 @@ def run_submit(
             arm=arm[:64],
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
+        run_data_record(run_id=run.pk, versions=data_pin(validated, team=team)[1])
         if not waits:
             tasks.enqueue(run)
     return run

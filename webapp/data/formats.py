@@ -1,0 +1,362 @@
+"""The formats a team uploads, checked while they stream and rewritten as the one the engine reads: FlashRAG JSONL
+(`{id, question, golden_answers}` questions, `{id, contents}` corpora), Search-R1's parquet (`question` and
+`golden_answers` columns, or `prompt` with `reward_model.ground_truth.target`), and either gzipped. It knows files
+and limits, not Django, teams or storage.
+
+Memory stays bounded whatever the file's size: lines are read one at a time (at most `max_line_bytes` each), parquet
+a batch of rows at a time, and the duplicate-id check keeps 8 bytes of digest per record. The first bad record stops
+the check with an `UploadRefused` naming the file, the line or row, and the field.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import shutil
+import tempfile
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+Kind = Literal["questions", "corpus"]
+KINDS: tuple[Kind, ...] = ("questions", "corpus")
+SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".parquet.gz")
+GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"
+PARQUET_BATCH_ROWS = 1024
+MAX_ID_CHARS = 200
+ANSWER_BINS = (1, 2, 3, 4, 5, 10, 20)
+"""Upper edges (words) of the answer-length histogram's bins; a last bin holds the longer ones."""
+PASSAGE_BINS = (25, 50, 100, 200, 400, 800)
+"""The same for a corpus's passages."""
+
+
+class UploadRefused(ValueError):
+    """A file the platform will not keep; `status` is the HTTP status (400, or 413 for size)."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.message, self.status = message, status
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The operator's bounds on one upload."""
+
+    max_bytes: int = 1 << 30
+    """The uploaded file's size (compressed, for a .gz)."""
+    max_expanded_bytes: int = 4 << 30
+    """What a .gz may expand to."""
+    max_ratio: int = 100
+    """How many times its compressed size a .gz may expand to (text compresses 3–10×; a bomb 1000×)."""
+    max_line_bytes: int = 1 << 20
+    """One JSONL line (a passage is a few kB)."""
+    max_depth: int = 8
+    """How deeply a record's JSON may nest."""
+
+
+@dataclass
+class Checked:
+    """What a valid upload holds: the canonical JSONL written to `path`, its sha256 and size, counts and lengths."""
+
+    path: Path
+    sha256: str
+    size: int
+    records: int
+    source_format: str
+    lengths: dict[str, int] = field(default_factory=dict)
+    """Histogram: bin label → records (answer words for questions, passage words for a corpus)."""
+
+
+def source_format(filename: str) -> str:
+    """The upload's format by its name: one of SUFFIXES without the dot; UploadRefused for any other."""
+    name = filename.lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return suffix[1:]
+    raise UploadRefused(f"{filename}: the file's name must end in {', '.join(SUFFIXES)}")
+
+
+def check_upload(source: IO[bytes], *, filename: str, kind: Kind, limits: Limits, workdir: Path) -> Checked:
+    """Read `source` once, check every record and write the canonical JSONL under `workdir`; UploadRefused at the
+    first problem (the caller deletes `workdir`: nothing partial is kept)."""
+    fmt = source_format(filename)
+    head = source.read(4)
+    source.seek(0)
+    if fmt.endswith(".gz") and not head.startswith(GZIP_MAGIC):
+        raise UploadRefused(f"{filename}: the name ends in .gz but the file is not gzip")
+    writer = _Writer(workdir / "canonical.jsonl", kind)
+    if fmt.startswith("jsonl"):
+        stream: IO[bytes] = _Expansion(source, filename, limits) if fmt.endswith(".gz") else source  # type: ignore[assignment]
+        for number, record in _jsonl_records(stream, filename, limits):
+            writer.add(_canonical(record, kind, filename, f"line {number}"), number)
+    else:
+        path = _parquet_file(source, filename, limits, workdir) if fmt.endswith(".gz") else _seekable(source, workdir)
+        for number, record in _parquet_records(path, filename, kind):
+            writer.add(_canonical(record, kind, filename, f"row {number}"), number)
+    return writer.finish(filename, fmt)
+
+
+# -- JSONL -------------------------------------------------------------------------------------------------------
+
+
+class _Expansion(io.RawIOBase):
+    """A gzip stream that refuses to expand past the limits (its size, and its ratio to what was read)."""
+
+    def __init__(self, source: IO[bytes], filename: str, limits: Limits) -> None:
+        self.counted = _Counted(source)
+        self.inner = gzip.GzipFile(fileobj=self.counted, mode="rb")
+        self.filename, self.limits, self.expanded = filename, limits, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            count = self.inner.readinto(buffer)
+        except (OSError, EOFError, gzip.BadGzipFile) as error:
+            raise UploadRefused(f"{self.filename}: not a valid gzip stream ({error})") from None
+        self.expanded += count
+        if self.expanded > self.limits.max_expanded_bytes:
+            raise UploadRefused(f"{self.filename}: expands past {self.limits.max_expanded_bytes:,} bytes", status=413)
+        if self.expanded > self.limits.max_ratio * max(self.counted.read_bytes, 1 << 16):
+            raise UploadRefused(
+                f"{self.filename}: expands more than {self.limits.max_ratio}× its compressed size "
+                "(a compression bomb is refused)"
+            )
+        return count
+
+
+class _Counted(io.RawIOBase):
+    """Counts the bytes read from `source`."""
+
+    def __init__(self, source: IO[bytes]) -> None:
+        self.source, self.read_bytes = source, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.source.read(len(buffer))
+        buffer[: len(data)] = data
+        self.read_bytes += len(data)
+        return len(data)
+
+
+def _jsonl_records(stream: IO[bytes], filename: str, limits: Limits) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of every non-blank line; UploadRefused for a long, non-UTF-8 or bad line."""
+    reader = io.BufferedReader(stream, 1 << 16) if isinstance(stream, io.RawIOBase) else stream
+    number = 0
+    while True:
+        line = reader.readline(limits.max_line_bytes + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > limits.max_line_bytes:
+            raise UploadRefused(f"{filename}: line {number} is longer than {limits.max_line_bytes:,} bytes")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise UploadRefused(f"{filename}: line {number}: not valid UTF-8 (at byte {error.start})") from None
+        if not text.strip():
+            continue
+        yield number, _parse(text, filename, f"line {number}", limits)
+
+
+def _parse(text: str, filename: str, where: str, limits: Limits) -> Any:
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise UploadRefused(f"{filename}: {where}: JSON nested too deeply") from None
+    except json.JSONDecodeError as error:
+        raise UploadRefused(f"{filename}: {where}: invalid JSON ({error.msg} at column {error.colno})") from None
+    if _depth(value) > limits.max_depth:
+        raise UploadRefused(f"{filename}: {where}: JSON nested more than {limits.max_depth} levels deep")
+    return value
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+# -- parquet -----------------------------------------------------------------------------------------------------
+
+
+def _seekable(source: IO[bytes], workdir: Path) -> Path:
+    """A path to the upload (a temporary upload has one; anything else is copied)."""
+    name = getattr(source, "temporary_file_path", None)
+    if callable(name):
+        return Path(name())
+    target = workdir / "source.parquet"
+    with target.open("wb") as handle:
+        shutil.copyfileobj(source, handle, 1 << 20)
+    return target
+
+
+def _parquet_file(source: IO[bytes], filename: str, limits: Limits, workdir: Path) -> Path:
+    """A gzipped parquet expanded (within the limits) into `workdir`."""
+    target = workdir / "source.parquet"
+    with target.open("wb") as handle:
+        shutil.copyfileobj(_Expansion(source, filename, limits), handle, 1 << 20)
+    return target
+
+
+def _parquet_records(path: Path, filename: str, kind: Kind) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, record as FlashRAG names its fields) of every row, a batch at a time."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    try:
+        parquet = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as error:
+        raise UploadRefused(f"{filename}: not a parquet file ({type(error).__name__})") from None
+    columns = _parquet_columns(set(parquet.schema_arrow.names), filename, kind)
+    number = 0
+    try:
+        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
+            for row in batch.to_pylist():
+                number += 1
+                yield number, _flashrag_row(row, number)
+    except pa.ArrowException as error:
+        raise UploadRefused(f"{filename}: row {number + 1}: unreadable ({type(error).__name__})") from None
+
+
+def _parquet_columns(names: set[str], filename: str, kind: Kind) -> list[str]:
+    if kind == "corpus":
+        wanted = ["id", "contents"]
+    elif {"question", "golden_answers"} <= names:
+        wanted = ["question", "golden_answers"]
+    elif {"prompt", "reward_model"} <= names:
+        wanted = ["prompt", "reward_model"]
+    else:
+        raise UploadRefused(
+            f"{filename}: a questions parquet needs the columns question and golden_answers, or Search-R1's prompt "
+            f"and reward_model; it has {', '.join(sorted(names)) or 'none'}"
+        )
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise UploadRefused(f"{filename}: missing column {', '.join(missing)} (it has {', '.join(sorted(names))})")
+    return wanted + (["id"] if "id" in names and "id" not in wanted else [])
+
+
+def _flashrag_row(row: dict[str, Any], number: int) -> dict[str, Any]:
+    """A Search-R1 row as FlashRAG's fields: the question is the prompt's last user turn (after its 'Question:'
+    when the template has one), the answers are `reward_model.ground_truth.target`; the id is the row's own or its
+    number."""
+    record = dict(row)
+    record.setdefault("id", number)
+    if "prompt" in row:
+        turns = row["prompt"] if isinstance(row["prompt"], list) else []
+        users = [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") == "user"]
+        text = users[-1] if users and isinstance(users[-1], str) else None
+        record["question"] = text.rsplit("Question:", 1)[-1].strip() if text else None
+        truth = (row.get("reward_model") or {}).get("ground_truth") or {}
+        record["golden_answers"] = truth.get("target") if isinstance(truth, dict) else None
+        del record["prompt"], record["reward_model"]
+    return record
+
+
+# -- records -----------------------------------------------------------------------------------------------------
+
+
+def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, Any]:
+    """The record as the engine reads it; UploadRefused naming the field that is wrong."""
+
+    def refuse(name: str, problem: str) -> UploadRefused:
+        return UploadRefused(f"{filename}: {where}: field '{name}' {problem}")
+
+    if not isinstance(record, dict):
+        raise UploadRefused(f"{filename}: {where}: expected a JSON object, got {type(record).__name__}")
+    identifier = record.get("id")
+    if identifier is None:
+        raise refuse("id", "is missing")
+    if isinstance(identifier, bool) or not isinstance(identifier, int | str) or not str(identifier).strip():
+        raise refuse("id", "must be a non-empty string or an integer")
+    if len(str(identifier)) > MAX_ID_CHARS:
+        raise refuse("id", f"must be at most {MAX_ID_CHARS} characters")
+    if kind == "corpus":
+        contents = record.get("contents")
+        if not isinstance(contents, str) or not contents.strip():
+            raise refuse("contents", "must be a non-empty string")
+        return {"id": str(identifier), "contents": contents}
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise refuse("question", "must be a non-empty string")
+    answers = record.get("golden_answers")
+    answers = [answers] if isinstance(answers, str) else answers
+    if not isinstance(answers, list) or not answers:
+        raise refuse("golden_answers", "must be a non-empty list of strings")
+    if not all(isinstance(a, str) and a.strip() for a in answers):
+        raise refuse("golden_answers", "must hold non-empty strings only")
+    return {"id": str(identifier), "question": question.strip(), "golden_answers": answers}
+
+
+class _Writer:
+    """Writes canonical records, hashing them as they go; keeps an 8-byte digest of each id (and its line) to find
+    duplicates at the end; counts lengths."""
+
+    def __init__(self, path: Path, kind: Kind) -> None:
+        self.path, self.kind = path, kind
+        self.handle = path.open("wb")
+        self.sha = hashlib.sha256()
+        self.ids, self.lines = array("Q"), array("Q")
+        self.bins = ANSWER_BINS if kind == "questions" else PASSAGE_BINS
+        self.counts = [0] * (len(self.bins) + 1)
+        self.size = 0
+
+    def add(self, record: dict[str, Any], line: int) -> None:
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
+        self.handle.write(data)
+        self.sha.update(data)
+        self.size += len(data)
+        self.ids.append(int.from_bytes(hashlib.blake2b(record["id"].encode(), digest_size=8).digest(), "little"))
+        self.lines.append(line)
+        text = record["golden_answers"][0] if self.kind == "questions" else record["contents"]
+        words = len(text.split())
+        self.counts[next((i for i, edge in enumerate(self.bins) if words <= edge), len(self.bins))] += 1
+
+    def finish(self, filename: str, fmt: str) -> Checked:
+        self.handle.close()
+        if not self.ids:
+            raise UploadRefused(f"{filename}: holds no records")
+        self._duplicates(filename, "row" if fmt.startswith("parquet") else "line")
+        labels = [f"≤{edge}" for edge in self.bins] + [f">{self.bins[-1]}"]
+        lengths = dict(zip(labels, self.counts, strict=True))
+        return Checked(self.path, self.sha.hexdigest(), self.size, len(self.ids), fmt, lengths)
+
+    def _duplicates(self, filename: str, unit: str) -> None:
+        """UploadRefused naming the first id that repeats, with both lines: digests sorted to find repeats, then a
+        second pass over the written file for the ids whose digest repeats (a digest collision is no repeat)."""
+        import numpy as np
+
+        digests = np.sort(np.frombuffer(self.ids, dtype=np.uint64))
+        repeated = set(digests[1:][digests[1:] == digests[:-1]].tolist())
+        if not repeated:
+            return
+        seen: dict[str, int] = {}
+        with self.path.open(encoding="utf-8") as handle:
+            for index, line in enumerate(handle):
+                if self.ids[index] not in repeated:
+                    continue
+                identifier = json.loads(line)["id"]
+                if identifier in seen:
+                    first, second = self.lines[seen[identifier]], self.lines[index]
+                    raise UploadRefused(
+                        f"{filename}: {unit} {second}: field 'id' repeats {identifier!r} of {unit} {first}"
+                    )
+                seen[identifier] = index
+
+
+def scratch_directory(root: Path | None = None) -> Path:
+    """A new directory for one upload's files (the caller removes it)."""
+    return Path(tempfile.mkdtemp(prefix="inspo-upload-", dir=root))

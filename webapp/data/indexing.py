@@ -1,0 +1,119 @@
+"""Index jobs: a corpus's retrieval index (BM25, or dense with faiss and the shipped encoder) built on a CPU worker,
+once per corpus content (sha256) and method, with progress a page can show and a cancel. A run whose corpus has no
+index yet waits for the job (its task returns and is sent again when the job ends) instead of building it itself.
+The job's work is `workers.indexing`; this module is its state and the broker's side."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from inspo_engine.config import RunConfig
+from webapp.accounts.models import Role, User
+from webapp.accounts.permissions import require_role
+from webapp.config.celery import app
+from webapp.core.errors import Conflict, InvalidInput
+
+from .models import Dataset, DatasetVersion, IndexJob, IndexWait
+from .references import data_snapshot, is_reference
+
+log = logging.getLogger(__name__)
+
+METHODS = ("bm25", "dense")
+INDEX_TASK = "workers.tasks.build_index"
+INDEX_QUEUE = "cpu"
+
+
+def _corpus_version(dataset: Dataset) -> DatasetVersion:
+    if dataset.kind != Dataset.Kind.CORPUS:
+        raise InvalidInput({"dataset": [f"data:{dataset.name} holds questions; only a corpus has an index"]})
+    version = dataset.versions.order_by("-number").first()
+    if version is None:
+        raise InvalidInput({"dataset": [f"data:{dataset.name} has no file yet"]})
+    return version
+
+
+def index_job_for(version: DatasetVersion, method: str) -> tuple[IndexJob, bool]:
+    """The job that builds (or built) this content's index by `method`, created and sent when there is none that is
+    queued, running or done."""
+    with transaction.atomic():
+        live = IndexJob.objects.select_for_update().filter(sha256=version.sha256, method=method)
+        job = live.exclude(status__in=(IndexJob.Status.FAILED, IndexJob.Status.CANCELLED)).first()
+        if job is not None:
+            return job, False
+        job = IndexJob.objects.create(version=version, sha256=version.sha256, method=method)
+        transaction.on_commit(lambda: index_job_send(job))
+    return job, True
+
+
+def index_job_start(*, dataset: Dataset, user: User, method: str) -> tuple[IndexJob, bool]:
+    """Build the dataset's newest corpus version's index (members of its team; shared data: anyone who sees it)."""
+    if dataset.team is not None:
+        require_role(user, dataset.team, Role.MEMBER)
+    if method not in METHODS:
+        raise InvalidInput({"method": [f"one of {', '.join(METHODS)}"]})
+    return index_job_for(_corpus_version(dataset), method)
+
+
+def index_job_send(job: IndexJob) -> None:
+    try:
+        app.send_task(INDEX_TASK, args=[job.pk], queue=INDEX_QUEUE)
+    except Exception:
+        log.exception("could not send index job %s; starting it again from the Data page sends it", job.pk)
+
+
+def index_job_cancel(*, job: IndexJob, user: User) -> IndexJob:
+    """Cancel a queued or running job (a running one stops at its next progress report); its waiting runs go on and
+    build the index themselves."""
+    team = job.version.dataset.team
+    if team is not None:
+        require_role(user, team, Role.MEMBER)
+    changed = IndexJob.objects.filter(pk=job.pk, status__in=(IndexJob.Status.QUEUED, IndexJob.Status.RUNNING))
+    if not changed.update(status=IndexJob.Status.CANCELLED, finished_at=timezone.now()):
+        job.refresh_from_db()
+        raise Conflict(f"the index job is {job.status}; only a queued or running one can be cancelled")
+    index_job_release(job.pk)
+    job.refresh_from_db()
+    return job
+
+
+def index_job_release(job_id: int) -> int:
+    """Send the tasks of the runs waiting for an ended job again; returns how many."""
+    from webapp.runs import tasks  # the runs app's broker side
+
+    waits = list(IndexWait.objects.filter(job_id=job_id).select_related("run"))
+    IndexWait.objects.filter(pk__in=[w.pk for w in waits]).delete()
+    for wait in waits:
+        if wait.run.status == wait.run.Status.QUEUED:
+            tasks.deliver(wait.run)
+    return len(waits)
+
+
+def run_index_wait(run: Any) -> IndexJob | None:
+    """The index job a queued run must wait for: its corpus is uploaded data, its retriever builds an index, and no
+    job has built it yet (one is started when none is under way). None: train now (the index is built, or its job
+    failed or was cancelled, and the run builds it itself)."""
+    config = RunConfig.from_dict(run.config)
+    method = config.env.retriever
+    if method not in METHODS or not is_reference(config.env.corpus):
+        return None
+    snapshot = data_snapshot(config.env.corpus, team=run.team, field="env.corpus", kind="corpus")
+    version = snapshot.files["corpus"]
+    ended = IndexJob.objects.filter(sha256=version.sha256, method=method).order_by("-created_at").first()
+    if ended is not None and ended.status in IndexJob.ENDED:
+        return None
+    job, _ = index_job_for(version, method)
+    IndexWait.objects.get_or_create(job=job, run=run)
+    job.refresh_from_db()
+    if job.status in IndexJob.ENDED:  # it ended between the two reads
+        IndexWait.objects.filter(job=job, run=run).delete()
+        return None
+    return job
+
+
+def index_waits(*, run: Any) -> list[IndexJob]:
+    """The index jobs a run is waiting for (what its page shows)."""
+    return [w.job for w in IndexWait.objects.filter(run=run).select_related("job__version__dataset")]

@@ -1,0 +1,112 @@
+"""Data as a team resource: a dataset (questions or a corpus) under a name, its versions (one uploaded file each,
+content-addressed by sha256 and never overwritten), which runs used which version, and index jobs. A dataset of no
+team is the operator's shared data, read-only to every team."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from webapp.accounts.models import Team
+
+
+class Dataset(models.Model):
+    """A name a team's configs use as `data:<name>`; its versions hold the files."""
+
+    class Kind(models.TextChoices):
+        QUESTIONS = "questions"
+        CORPUS = "corpus"
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=12, choices=Kind.choices)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("name", "id")
+        constraints = (
+            models.UniqueConstraint(fields=["team", "name"], name="dataset_unique_name_per_team"),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(team__isnull=True), name="dataset_unique_shared_name"
+            ),
+        )
+
+    def __str__(self) -> str:
+        return f"data:{self.name}"
+
+    @property
+    def shared(self) -> bool:
+        return self.team_id is None
+
+
+class DatasetVersion(models.Model):
+    """One uploaded file of a dataset: the split it holds (a corpus's is `corpus`), stored as canonical JSONL under
+    its sha256. Version n of a dataset is every split's newest file among versions 1 … n."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    split = models.CharField(max_length=64)
+    sha256 = models.CharField(max_length=64, db_index=True)
+    file = models.CharField(max_length=300, help_text="The canonical JSONL's name in the data storage.")
+    size_bytes = models.BigIntegerField()
+    records = models.PositiveIntegerField()
+    source_name = models.CharField(max_length=255)
+    source_format = models.CharField(max_length=16)
+    lengths = models.JSONField(default=dict, help_text="Histogram of answer (or passage) lengths in words.")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("dataset", "number")
+        constraints = (models.UniqueConstraint(fields=["dataset", "number"], name="dataset_version_unique_number"),)
+
+
+class DatasetUse(models.Model):
+    """A run (or an experiment's run) that names a version: what the Data page lists, and what refuses a delete."""
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.PROTECT, related_name="uses")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="data_uses")
+
+    class Meta:
+        constraints = (models.UniqueConstraint(fields=["version", "run"], name="dataset_use_unique"),)
+
+
+class IndexJob(models.Model):
+    """Building a corpus's retrieval index (BM25 or dense) on a CPU worker; cached by the corpus's sha256 and the
+    method, so one job serves every run of every team on the same corpus."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ENDED = (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="index_jobs")
+    sha256 = models.CharField(max_length=64)
+    method = models.CharField(max_length=12)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    passages_done = models.PositiveIntegerField(default=0)
+    passages_total = models.PositiveIntegerField(default=0)
+    rate = models.FloatField(null=True, blank=True, help_text="Passages per second so far.")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+
+
+class IndexWait(models.Model):
+    """A queued run that waits for an index job before it trains (its task is sent again when the job ends)."""
+
+    job = models.ForeignKey(IndexJob, on_delete=models.CASCADE, related_name="waits")
+    run = models.ForeignKey("runs.Run", on_delete=models.CASCADE, related_name="index_waits")
+    since = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = (models.UniqueConstraint(fields=["job", "run"], name="index_wait_unique"),)

@@ -1,0 +1,228 @@
+"""What a team does with its data: upload a file as a new version of a named dataset (checked while it streams,
+stored once by sha256), delete a dataset no run uses, and the operator's registration of shared data. References in
+configs (`data:<name>[@<version>]`) are resolved and pinned here too, and runs record the versions they use."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+from uuid import UUID
+
+from django.conf import settings
+from django.core.files import File
+from django.core.files.storage import Storage, storages
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+
+from inspo_engine.config import split_errors
+from webapp.accounts.models import Role, Team, User
+from webapp.accounts.permissions import require_role
+from webapp.core.errors import Conflict, InvalidInput, ServiceError
+
+from .formats import KINDS, Checked, Kind, Limits, UploadRefused, check_upload, scratch_directory
+from .models import Dataset, DatasetUse, DatasetVersion
+
+DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+CORPUS_SPLIT = "corpus"
+DEFAULT_SPLIT = "train"
+
+
+class TooLarge(ServiceError):
+    """An upload over the operator's size limit."""
+
+    status = 413
+
+
+@dataclass(frozen=True)
+class Uploaded:
+    """The version an upload became; `created` False when the same content was already there."""
+
+    version: DatasetVersion
+    created: bool
+
+
+def data_storage() -> Storage:
+    """The storage that holds every dataset's files (STORAGES['data'])."""
+    return storages["data"]
+
+
+def limits() -> Limits:
+    return Limits(
+        max_bytes=settings.INSPO_DATA_MAX_UPLOAD_BYTES,
+        max_expanded_bytes=settings.INSPO_DATA_MAX_UPLOAD_BYTES * settings.INSPO_DATA_MAX_GZIP_RATIO,
+        max_ratio=settings.INSPO_DATA_MAX_GZIP_RATIO,
+        max_line_bytes=settings.INSPO_DATA_MAX_LINE_BYTES,
+    )
+
+
+def _name_errors(name: str, kind: str, split: str) -> dict[str, list[str]]:
+    errors: dict[str, list[str]] = {}
+    if not DATA_NAME.fullmatch(name) or ".." in name:
+        errors["name"] = ["a name: letters, digits, '_', '.', '-', at most 64, starting with a letter or digit"]
+    if kind not in KINDS:
+        errors["kind"] = [f"one of {', '.join(KINDS)}"]
+    if kind == "corpus" and split not in ("", CORPUS_SPLIT):
+        errors["split"] = ["a corpus has no splits"]
+    elif split and split_errors(split, "split"):
+        errors["split"] = [split_errors(split, "split")[0].message]
+    return errors
+
+
+def dataset_upload(
+    *, team: Team, user: User, name: str, kind: str, upload: IO[bytes], filename: str, split: str = ""
+) -> Uploaded:
+    """Check `upload` while reading it once, and keep it as the next version of the team's dataset `name` (created
+    when new): a questions file holds one split (`train` unless named), a corpus none. The same content already in
+    the team's data is that version again (nothing stored twice). InvalidInput (400) naming the file, line and field
+    of the first bad record, or a bad name; TooLarge (413) past the upload limit; 400 past the team's total. Nothing
+    is kept of a refused upload."""
+    require_role(user, team, Role.MEMBER)
+    errors = _name_errors(name, kind, split)
+    if errors:
+        raise InvalidInput(errors)
+    split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
+    workdir = scratch_directory()
+    try:
+        checked = _checked(upload, filename=filename, kind=kind, workdir=workdir)  # type: ignore[arg-type]
+        existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
+        if existing is not None and existing.dataset.kind == kind:
+            return Uploaded(existing, created=False)
+        _team_total_check(team, checked.size)
+        stored = _store(checked)
+        return Uploaded(_version_create(team, user, name, kind, split, checked, stored, filename), created=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _checked(upload: IO[bytes], *, filename: str, kind: Kind, workdir: Path) -> Checked:
+    size = getattr(upload, "size", None)
+    if size is not None and size > settings.INSPO_DATA_MAX_UPLOAD_BYTES:
+        raise TooLarge(_too_large(filename))
+    try:
+        return check_upload(upload, filename=filename, kind=kind, limits=limits(), workdir=workdir)
+    except UploadRefused as refused:
+        if refused.status == 413:
+            raise TooLarge(refused.message) from None
+        raise InvalidInput({"file": [refused.message]}) from None
+
+
+def _too_large(filename: str) -> str:
+    return f"{filename}: the file is larger than the upload limit of {settings.INSPO_DATA_MAX_UPLOAD_BYTES:,} bytes"
+
+
+def too_large_message(filename: str = "the file") -> str:
+    return _too_large(filename)
+
+
+def _team_total_check(team: Team, adding: int) -> None:
+    most = settings.INSPO_DATA_TEAM_MAX_BYTES
+    if not most:
+        return
+    used = DatasetVersion.objects.filter(dataset__team=team).aggregate(total=Sum("size_bytes"))["total"] or 0
+    if used + adding > most:
+        raise InvalidInput(
+            {
+                "file": [
+                    f"your team's data would hold {used + adding:,} bytes, over its limit of {most:,} "
+                    f"({max(0, most - used):,} left): delete a dataset no run uses, or ask the operator"
+                ]
+            }
+        )
+
+
+def _store(checked: Checked) -> str:
+    """The canonical file in the data storage under its sha256 (kept once, whoever uploads it)."""
+    storage = data_storage()
+    name = f"{checked.sha256[:2]}/{checked.sha256}.jsonl"
+    if not storage.exists(name):
+        with checked.path.open("rb") as handle:
+            name = storage.save(name, File(handle, name=name))
+    return str(name)
+
+
+def _version_create(
+    team: Team | None, user: User | None, name: str, kind: str, split: str, checked: Checked, stored: str, filename: str
+) -> DatasetVersion:
+    with transaction.atomic():
+        dataset = _dataset_locked(team, user, name, kind)
+        last = dataset.versions.order_by("-number").values_list("number", flat=True).first() or 0
+        return DatasetVersion.objects.create(
+            dataset=dataset,
+            number=last + 1,
+            split=split,
+            sha256=checked.sha256,
+            file=stored,
+            size_bytes=checked.size,
+            records=checked.records,
+            source_name=Path(filename).name[:255],
+            source_format=checked.source_format,
+            lengths=checked.lengths,
+            created_by=user,
+        )
+
+
+def _dataset_locked(team: Team | None, user: User | None, name: str, kind: str) -> Dataset:
+    """The dataset row, created when new, locked for the version number; a name of the other kind is a 400."""
+    try:
+        with transaction.atomic():
+            dataset, _ = Dataset.objects.get_or_create(
+                team=team, name=name, defaults={"kind": kind, "created_by": user}
+            )
+    except IntegrityError:  # created by a concurrent upload a moment ago
+        dataset = Dataset.objects.get(team=team, name=name)
+    dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
+    if dataset.kind != kind:
+        raise InvalidInput({"kind": [f"data:{name} is a {dataset.kind} dataset; upload a {kind} under another name"]})
+    return dataset
+
+
+def dataset_delete(*, dataset: Dataset, user: User) -> None:
+    """Delete the team's dataset and its files (those no other version shares); Conflict (409) while a run uses it,
+    naming the runs."""
+    if dataset.team is None:
+        raise InvalidInput({"dataset": ["shared data is the operator's: it cannot be deleted here"]})
+    require_role(user, dataset.team, Role.MEMBER)
+    with transaction.atomic():
+        Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+        uses = DatasetUse.objects.filter(version__dataset=dataset).select_related("run")
+        names = sorted({f"{use.run.name} ({use.run.pk})" for use in uses[:20]})
+        if names:
+            raise Conflict(f"data:{dataset.name} is used by {len(names)} run(s): {', '.join(names)}; delete them first")
+        files = list(dataset.versions.values_list("sha256", "file"))
+        dataset.delete()
+    storage = data_storage()
+    for sha256, name in files:
+        if not DatasetVersion.objects.filter(sha256=sha256).exists():
+            storage.delete(name)
+
+
+def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Uploaded:
+    """The operator's file under INSPO_SHARED_DATA_DIR as shared data, checked like an upload (no size limits)."""
+    errors = _name_errors(name, kind, split)
+    if errors:
+        raise InvalidInput(errors)
+    split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
+    workdir = scratch_directory()
+    try:
+        with path.open("rb") as handle:
+            unbounded = Limits(max_bytes=1 << 62, max_expanded_bytes=1 << 62, max_ratio=1000, max_line_bytes=1 << 24)
+            try:
+                checked = check_upload(handle, filename=path.name, kind=kind, limits=unbounded, workdir=workdir)  # type: ignore[arg-type]
+            except UploadRefused as refused:
+                raise InvalidInput({"file": [refused.message]}) from None
+        existing = DatasetVersion.objects.filter(dataset__team=None, dataset__name=name, sha256=checked.sha256).first()
+        if existing is not None:
+            return Uploaded(existing, created=False)
+        stored = _store(checked)
+        return Uploaded(_version_create(None, None, name, kind, split, checked, stored, path.name), created=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def run_data_record(*, run_id: UUID, versions: Sequence[DatasetVersion]) -> None:
+    """Note which versions a run names (the Data page lists the runs; a delete is refused while they exist)."""
+    DatasetUse.objects.bulk_create([DatasetUse(version=v, run_id=run_id) for v in versions], ignore_conflicts=True)
