@@ -14,7 +14,6 @@ from django.utils import timezone
 from inspo_engine.config import RunConfig
 from webapp.accounts.models import Role, User
 from webapp.accounts.permissions import require_role
-from webapp.config.celery import app
 from webapp.core.errors import Conflict, InvalidInput
 
 from .models import Dataset, DatasetVersion, IndexJob, IndexWait
@@ -59,8 +58,10 @@ def index_job_start(*, dataset: Dataset, user: User, method: str) -> tuple[Index
 
 
 def index_job_send(job: IndexJob) -> None:
+    from webapp.runs import tasks  # the one place that talks to the broker
+
     try:
-        app.send_task(INDEX_TASK, args=[job.pk], queue=INDEX_QUEUE)
+        tasks.send(INDEX_TASK, [job.pk], INDEX_QUEUE)
     except Exception:
         log.exception("could not send index job %s; starting it again from the Data page sends it", job.pk)
 

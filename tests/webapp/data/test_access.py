@@ -1,0 +1,101 @@
+"""Who sees and changes data: a team's members upload, index and delete; viewers read; another team gets a 404 on
+every endpoint and page; shared data is read-only to every team; a dataset a run uses cannot be deleted. The Data
+page lists, previews, plots lengths and uploads without a script too."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from tests.webapp.data.conftest import corpus, jsonl, questions, upload
+from webapp.data.models import Dataset, DatasetVersion, IndexJob
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def mine(alice, api):
+    return upload(api(alice), jsonl(questions(8)), split="test").json()["dataset"]
+
+
+@pytest.fixture
+def wiki(alice, api):
+    return upload(api(alice), jsonl(corpus(6)), filename="w.jsonl", name="wiki", kind="corpus").json()["dataset"]
+
+
+def test_bob_gets_404_for_alices_dataset_on_every_endpoint_and_page(bob, api, client, mine, wiki):
+    bobs = api(bob)
+    assert bobs.get("/api/v1/datasets/").json() == []
+    for url in (f"/api/v1/datasets/{mine['id']}/",):
+        assert bobs.get(url).status_code == 404 and bobs.delete(url).status_code == 404
+    assert bobs.post(f"/api/v1/datasets/{wiki['id']}/index/", {"method": "bm25"}, format="json").status_code == 404
+    job = IndexJob.objects.create(version=DatasetVersion.objects.get(split="corpus"), sha256="x", method="bm25")
+    assert bobs.get(f"/api/v1/index-jobs/{job.pk}/").status_code == 404
+    assert bobs.post(f"/api/v1/index-jobs/{job.pk}/cancel/").status_code == 404
+    client.force_login(bob)
+    assert client.get(f"/data/{mine['id']}/").status_code == 404
+    assert client.post(f"/data/{mine['id']}/", {"action": "delete"}).status_code == 404
+    assert "data:mine" not in client.get("/data/").content.decode()
+    assert Dataset.objects.count() == 2
+
+
+def test_a_viewer_reads_but_cannot_upload_index_or_delete(victor, api, client, mine, wiki):
+    viewer = api(victor)
+    assert [d["name"] for d in viewer.get("/api/v1/datasets/").json()] == ["mine", "wiki"]
+    assert viewer.get(f"/api/v1/datasets/{mine['id']}/").json()["preview"][0]["id"] == "q0"
+    assert upload(viewer, jsonl(questions(2)), name="v").status_code == 403
+    assert viewer.delete(f"/api/v1/datasets/{mine['id']}/").status_code == 403
+    assert viewer.post(f"/api/v1/datasets/{wiki['id']}/index/", {}, format="json").status_code == 403
+    client.force_login(victor)
+    page = client.get("/data/").content.decode()
+    assert "data:mine" in page and 'data-testid="upload-form"' not in page
+    assert 'data-testid="delete-dataset"' not in client.get(f"/data/{mine['id']}/").content.decode()
+    assert Dataset.objects.count() == 2
+
+
+def test_a_dataset_a_run_uses_cannot_be_deleted_and_one_no_run_uses_can(alice, api, mine, data_storage):
+    client = api(alice)
+    overrides = {"env.dataset": "builtin", "eval.benchmarks": ["data:mine"]}
+    run = client.post("/api/v1/runs/", {"name": "uses", "preset": "smoke", "overrides": overrides}, format="json")
+    assert run.status_code == 201, run.json()
+    refused = client.delete(f"/api/v1/datasets/{mine['id']}/")
+    assert refused.status_code == 409 and "is used by 1 run(s): uses" in refused.json()["detail"]
+    other = upload(client, jsonl(questions(3, prefix="o")), name="other").json()["dataset"]
+    assert client.delete(f"/api/v1/datasets/{other['id']}/").status_code == 204
+    assert not Dataset.objects.filter(name="other").exists()
+    assert len([p for p in data_storage.rglob("*.jsonl")]) == 1  # its file is gone, mine's stays
+
+
+def test_shared_data_is_read_only_to_every_team(alice, bob, api, tmp_path):
+    from django.core.management import call_command
+
+    shared = tmp_path / "data" / "shared" / "pop.jsonl"
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(jsonl(questions(4)))
+    call_command("register_shared_data", str(shared), "--name", "popqa", "--kind", "questions", "--split", "test")
+    dataset = Dataset.objects.get(name="popqa")
+    for user in (alice, bob):
+        listed = api(user).get("/api/v1/datasets/").json()
+        assert [d["reference"] for d in listed if d["shared"]] == ["data:shared/popqa"]
+        response = api(user).delete(f"/api/v1/datasets/{dataset.pk}/")
+        assert response.status_code == 400 and "operator's" in response.json()["dataset"][0]
+
+
+def test_the_detail_shows_splits_versions_preview_lengths_and_runs(alice, api, mine):
+    body = api(alice).get(f"/api/v1/datasets/{mine['id']}/").json()
+    assert body["splits"] == {"test": 8} and [v["number"] for v in body["versions"]] == [1]
+    assert len(body["preview"]) == 8 and body["lengths"]["test"]["≤2"] == 8 and body["runs"] == []
+
+
+def test_the_data_page_uploads_without_a_script_and_shows_the_dataset(alice, client, alice_team):
+    client.force_login(alice)
+    file = SimpleUploadedFile("qs.jsonl", jsonl(questions(25)))
+    response = client.post("/data/", {"team": alice_team.slug, "name": "page", "kind": "questions", "file": file})
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    page = client.get(response["Location"]).content.decode()
+    assert "data:page" in page and "What is the capital of country 19?" in page
+    assert "What is the capital of country 20?" not in page  # the preview holds 20 rows
+    assert 'class="histogram-bar" style="width: 100%"' in page
+    bad = SimpleUploadedFile("qs.jsonl", jsonl(questions(2)) + b'{"id": "x"}\n')
+    refused = client.post("/data/", {"team": alice_team.slug, "name": "bad", "kind": "questions", "file": bad})
+    assert refused.status_code == 400 and "line 3: field &#x27;question&#x27;" in refused.content.decode()

@@ -1,0 +1,128 @@
+"""`data:<name>[@<version>]` in configs: runs, experiment arms and evaluations name uploaded data; the stored config
+pins the version; unknown names, the wrong kind and a missing split are 400s that list what exists; a run on a
+dataset with a test split is evaluated on it by default; another team's data cannot be named."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.webapp.data.conftest import corpus, jsonl, questions, upload
+from webapp.data.models import DatasetUse
+from webapp.runs.models import Run
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def alices_data(alice, api):
+    client = api(alice)
+    upload(client, jsonl(questions(8)), name="mine")
+    upload(client, jsonl(questions(4, prefix="t")), name="mine", split="test")
+    upload(client, jsonl(questions(5, prefix="b")), name="bench", split="test")
+    upload(client, jsonl(corpus(12)), filename="wiki.jsonl", name="wiki", kind="corpus")
+    return client
+
+
+def submit(client, **overrides):
+    return client.post("/api/v1/runs/", {"name": "r", "preset": "smoke", "overrides": overrides}, format="json")
+
+
+def test_a_run_names_uploaded_data_and_the_stored_config_pins_each_version(alices_data):
+    overrides = {"env.dataset": "data:mine", "env.corpus": "data:wiki", "eval.benchmarks": ["data:bench", "builtin"]}
+    response = submit(alices_data, **overrides)
+    assert response.status_code == 201, response.json()
+    run = Run.objects.get()
+    assert run.config["env"]["dataset"] == "data:mine@2" and run.config["env"]["corpus"] == "data:wiki@1"
+    assert run.config["eval"]["benchmarks"] == ["data:bench@1", "builtin"]
+    used = {(u.version.dataset.name, u.version.split) for u in DatasetUse.objects.filter(run=run)}
+    assert used == {("mine", "train"), ("wiki", "corpus"), ("bench", "test")}
+    # a re-upload makes a new version; the run keeps the one it pinned
+    upload(alices_data, jsonl(questions(9)), name="mine")
+    run.refresh_from_db()
+    assert run.config["env"]["dataset"] == "data:mine@2"
+
+
+def test_a_run_on_data_with_a_test_split_is_evaluated_on_it_by_default(alices_data):
+    assert submit(alices_data, **{"env.dataset": "data:mine"}).status_code == 201
+    assert Run.objects.get().config["eval"]["benchmarks"] == ["data:mine@2", "builtin"]
+
+
+def test_benchmarks_the_run_names_are_kept_as_named(alices_data):
+    assert submit(alices_data, **{"env.dataset": "data:mine", "eval.benchmarks": ["builtin"]}).status_code == 201
+    assert Run.objects.get().config["eval"]["benchmarks"] == ["builtin"]
+
+
+def test_an_explicit_version_is_kept_and_one_that_does_not_exist_is_refused(alices_data):
+    assert submit(alices_data, **{"env.dataset": "data:mine@1", "eval.benchmarks": []}).status_code == 201
+    response = submit(alices_data, **{"env.dataset": "data:mine@7"})
+    assert response.status_code == 400 and "has versions 1 to 2" in response.json()["config"]["env.dataset"][0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({"env.dataset": "data:nope"}, "env.dataset", "your team can name data:bench, data:mine, data:wiki"),
+        ({"env.dataset": "data:wiki"}, "env.dataset", "is a corpus dataset; this field needs questions"),
+        ({"env.corpus": "data:mine"}, "env.corpus", "is a questions dataset; this field needs corpus"),
+        ({"env.dataset": "data:bench"}, "env.dataset", "has no 'train' split"),
+        ({"eval.benchmarks": ["data:mine"], "eval.split": "dev"}, "eval.benchmarks", "has no 'dev' split"),
+        ({"env.dataset": "data:../x"}, "env.dataset", "name data as data:<name>"),
+    ],
+)
+def test_a_reference_that_cannot_be_used_is_a_400_naming_the_field(alices_data, overrides, field, message):
+    response = submit(alices_data, **overrides)
+    assert response.status_code == 400, response.json()
+    assert message in " ".join(response.json()["config"][field]), response.json()
+    assert not Run.objects.exists()
+
+
+def test_another_teams_data_cannot_be_named(alices_data, bob, api):
+    response = submit(api(bob), **{"env.dataset": "data:mine"})
+    assert response.status_code == 400
+    assert "no dataset of that name; your team can name none yet" in response.json()["config"]["env.dataset"][0]
+
+
+def test_an_experiment_arm_and_its_evaluation_name_data(alices_data):
+    spec = {
+        "name": "exp", "preset": "smoke", "arms": {"static": None, "own": {"env.dataset": "data:mine"}}, "seeds": 1,
+        "evaluation": {"benchmark": "data:bench"},
+    }  # fmt: skip
+    response = alices_data.post("/api/v1/experiments/", spec, format="json")
+    assert response.status_code == 201, response.json()
+    runs = {r.arm: r for r in Run.objects.all()}
+    assert runs["own"].config["env"]["dataset"] == "data:mine@2"
+    assert all(r.config["eval"]["benchmarks"] == ["data:bench@1"] for r in runs.values())
+
+
+def test_shared_data_is_named_by_every_team_and_a_teams_own_name_comes_first(alice, bob, api, settings, tmp_path):
+    from django.core.management import call_command
+
+    shared = tmp_path / "data" / "shared" / "nq"
+    shared.mkdir(parents=True)
+    (shared / "test.jsonl").write_bytes(jsonl(questions(6, prefix="nq")))
+    (shared / "train.jsonl").write_bytes(jsonl(questions(7, prefix="nqt")))
+    call_command("register_shared_data", str(shared), "--name", "nq", "--kind", "questions")
+    for user in (alice, bob):
+        response = submit(api(user), **{"env.dataset": "data:nq", "eval.benchmarks": ["data:nq"]})
+        assert response.status_code == 201, response.json()
+    assert {r.config["env"]["dataset"] for r in Run.objects.all()} == {"data:shared/nq@2"}
+    upload(api(alice), jsonl(questions(3)), name="nq")  # alice's own nq shadows the shared one
+    assert submit(api(alice), **{"env.dataset": "data:nq", "eval.benchmarks": []}).json()["config"]["env"][
+        "dataset"
+    ] == ("data:nq@1")
+    explicit = submit(api(alice), **{"env.dataset": "data:shared/nq", "eval.benchmarks": []})
+    assert explicit.json()["config"]["env"]["dataset"] == "data:shared/nq@2"
+
+
+def test_the_command_refuses_a_file_outside_the_shared_directory_and_a_bad_file(tmp_path):
+    from django.core.management import CommandError, call_command
+
+    outside = tmp_path / "elsewhere.jsonl"
+    outside.write_bytes(jsonl(questions(2)))
+    with pytest.raises(CommandError, match="does not lie under INSPO_SHARED_DATA_DIR"):
+        call_command("register_shared_data", str(outside), "--name", "x", "--kind", "questions")
+    bad = tmp_path / "data" / "shared" / "bad.jsonl"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(jsonl(questions(2)) + b'{"id": "z", "question": "q"}\n')
+    with pytest.raises(CommandError, match="line 3: field 'golden_answers'"):
+        call_command("register_shared_data", str(bad), "--name", "x", "--kind", "questions")
