@@ -327,6 +327,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStatusEnum": "webapp.runs.models.Run.Status",
         "EvaluationRequestStatusEnum": "webapp.runs.models.EvaluationRequest.Status",
+        "DatasetKindEnum": "webapp.data.models.Dataset.Kind",
+        "IndexJobStatusEnum": "webapp.data.models.IndexJob.Status",
+        "ControlRequestKindEnum": "webapp.runs.models.ControlRequest.Kind",
     },
     # Swagger UI's files come from the drf-spectacular-sidecar package, served as the site's static files.
     "SWAGGER_UI_DIST": "SIDECAR",

@@ -19,7 +19,6 @@ from webapp.core.api import error_responses, query_once
 from webapp.core.errors import InvalidInput
 
 from . import indexing, selectors, services
-from .formats import KINDS
 from .models import Dataset, DatasetVersion, IndexJob
 from .uploads import upload_too_large
 
@@ -82,12 +81,12 @@ class DatasetListCreateApi(APIView):
 
     class ListInput(serializers.Serializer[Any]):
         team = serializers.SlugField(required=False)
-        kind = serializers.ChoiceField(choices=KINDS, required=False)
+        kind = serializers.ChoiceField(choices=Dataset.Kind.choices, required=False)
 
     class UploadInput(serializers.Serializer[Any]):
         file = serializers.FileField(help_text="FlashRAG JSONL, Search-R1 parquet, or either gzipped (.gz).")
         name = serializers.CharField(max_length=64, help_text="The dataset's name: configs say data:<name>.")
-        kind = serializers.ChoiceField(choices=KINDS)
+        kind = serializers.ChoiceField(choices=Dataset.Kind.choices)
         split = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text="train (default)")
         team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
 

@@ -10,10 +10,10 @@ the check with an `UploadRefused` naming the file, the line or row, and the fiel
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import hashlib
 import io
-import json
 import shutil
 import tempfile
 from array import array
@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
+
+import orjson
 
 Kind = Literal["questions", "corpus"]
 KINDS: tuple[Kind, ...] = ("questions", "corpus")
@@ -158,25 +160,26 @@ def _jsonl_records(stream: IO[bytes], filename: str, limits: Limits) -> Iterator
         number += 1
         if len(line) > limits.max_line_bytes:
             raise UploadRefused(f"{filename}: line {number} is longer than {limits.max_line_bytes:,} bytes")
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise UploadRefused(f"{filename}: line {number}: not valid UTF-8 (at byte {error.start})") from None
-        if not text.strip():
+        if line.isspace():
             continue
-        yield number, _parse(text, filename, f"line {number}", limits)
+        try:
+            value = orjson.loads(line)  # checks UTF-8 too
+        except orjson.JSONDecodeError as error:
+            raise _bad_line(line, error, f"{filename}: line {number}") from None
+        if line.count(b"[") + line.count(b"{") > limits.max_depth and _depth(value) > limits.max_depth:
+            raise UploadRefused(f"{filename}: line {number}: JSON nested more than {limits.max_depth} levels deep")
+        yield number, value
 
 
-def _parse(text: str, filename: str, where: str, limits: Limits) -> Any:
+def _bad_line(line: bytes, error: orjson.JSONDecodeError, where: str) -> UploadRefused:
+    """Why a line is not JSON, in words: bad UTF-8 (with its byte), nesting past orjson's limit, or the parser's."""
     try:
-        value = json.loads(text)
-    except RecursionError:
-        raise UploadRefused(f"{filename}: {where}: JSON nested too deeply") from None
-    except json.JSONDecodeError as error:
-        raise UploadRefused(f"{filename}: {where}: invalid JSON ({error.msg} at column {error.colno})") from None
-    if _depth(value) > limits.max_depth:
-        raise UploadRefused(f"{filename}: {where}: JSON nested more than {limits.max_depth} levels deep")
-    return value
+        line.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return UploadRefused(f"{where}: not valid UTF-8 (at byte {bad.start})")
+    if "depth limit" in error.msg or "recursion" in error.msg:
+        return UploadRefused(f"{where}: JSON nested too deeply")
+    return UploadRefused(f"{where}: invalid JSON ({error.msg} at column {error.colno})")
 
 
 def _depth(value: Any) -> int:
@@ -270,7 +273,29 @@ def _flashrag_row(row: dict[str, Any], number: int) -> dict[str, Any]:
 
 
 def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, Any]:
-    """The record as the engine reads it; UploadRefused naming the field that is wrong."""
+    """The record as the engine reads it; UploadRefused naming the field that is wrong. The common case (string
+    id, fields of the right types) is checked in one expression; anything else goes through `_checked_record`."""
+    if type(record) is dict:
+        identifier = record.get("id")
+        if type(identifier) is str and 0 < len(identifier) <= MAX_ID_CHARS and not identifier.isspace():
+            if kind == "questions":
+                question, answers = record.get("question"), record.get("golden_answers")
+                if (
+                    type(question) is str
+                    and question.strip()
+                    and type(answers) is list
+                    and answers
+                    and all(type(a) is str and a and not a.isspace() for a in answers)
+                ):
+                    return {"id": identifier, "question": question.strip(), "golden_answers": answers}
+            else:
+                contents = record.get("contents")
+                if type(contents) is str and contents.strip():
+                    return {"id": identifier, "contents": contents}
+    return _checked_record(record, kind, filename, where)
+
+
+def _checked_record(record: Any, kind: Kind, filename: str, where: str) -> dict[str, Any]:
 
     def refuse(name: str, problem: str) -> UploadRefused:
         return UploadRefused(f"{filename}: {where}: field '{name}' {problem}")
@@ -302,30 +327,40 @@ def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, 
 
 
 class _Writer:
-    """Writes canonical records, hashing them as they go; keeps an 8-byte digest of each id (and its line) to find
-    duplicates at the end; counts lengths."""
+    """Writes canonical records (compact JSON, a batch at a time), hashing them as they go; keeps an 8-byte hash of
+    each id (and its line) to find duplicates at the end; counts lengths."""
+
+    BATCH = 4096
 
     def __init__(self, path: Path, kind: Kind) -> None:
         self.path, self.kind = path, kind
         self.handle = path.open("wb")
         self.sha = hashlib.sha256()
-        self.ids, self.lines = array("Q"), array("Q")
+        self.ids, self.lines = array("q"), array("Q")
         self.bins = ANSWER_BINS if kind == "questions" else PASSAGE_BINS
         self.counts = [0] * (len(self.bins) + 1)
         self.size = 0
+        self.batch: list[bytes] = []
 
     def add(self, record: dict[str, Any], line: int) -> None:
-        data = (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8")
-        self.handle.write(data)
-        self.sha.update(data)
-        self.size += len(data)
-        self.ids.append(int.from_bytes(hashlib.blake2b(record["id"].encode(), digest_size=8).digest(), "little"))
+        self.batch.append(orjson.dumps(record))
+        if len(self.batch) >= self.BATCH:
+            self._flush()
+        self.ids.append(hash(record["id"]))  # within this process only: the second pass hashes the same way
         self.lines.append(line)
         text = record["golden_answers"][0] if self.kind == "questions" else record["contents"]
-        words = len(text.split())
-        self.counts[next((i for i, edge in enumerate(self.bins) if words <= edge), len(self.bins))] += 1
+        self.counts[bisect.bisect_left(self.bins, len(text.split()))] += 1
+
+    def _flush(self) -> None:
+        if self.batch:
+            data = b"\n".join(self.batch) + b"\n"
+            self.handle.write(data)
+            self.sha.update(data)
+            self.size += len(data)
+            self.batch = []
 
     def finish(self, filename: str, fmt: str) -> Checked:
+        self._flush()
         self.handle.close()
         if not self.ids:
             raise UploadRefused(f"{filename}: holds no records")
@@ -339,7 +374,7 @@ class _Writer:
         second pass over the written file for the ids whose digest repeats (a digest collision is no repeat)."""
         import numpy as np
 
-        digests = np.sort(np.frombuffer(self.ids, dtype=np.uint64))
+        digests = np.sort(np.frombuffer(self.ids, dtype=np.int64))
         repeated = set(digests[1:][digests[1:] == digests[:-1]].tolist())
         if not repeated:
             return
@@ -348,7 +383,7 @@ class _Writer:
             for index, line in enumerate(handle):
                 if self.ids[index] not in repeated:
                     continue
-                identifier = json.loads(line)["id"]
+                identifier = orjson.loads(line)["id"]
                 if identifier in seen:
                     first, second = self.lines[seen[identifier]], self.lines[index]
                     raise UploadRefused(

@@ -60,6 +60,14 @@ def data_names(team: Team) -> list[str]:
     return [f"{PREFIX}{n}" for n in own] + [f"{PREFIX}{SHARED if n in own else ''}{n}" for n in shared]
 
 
+def data_choices(teams: Any, kind: str) -> list[str]:
+    """The references a form offers for `kind`: the given teams' datasets, then the shared ones."""
+    datasets = Dataset.objects.filter(Q(team__in=teams) | Q(team__isnull=True), kind=kind).order_by("team_id", "name")
+    names = [(d.name, d.shared) for d in datasets if d.versions.exists()]
+    own = {name for name, shared in names if not shared}
+    return list(dict.fromkeys(f"{PREFIX}{SHARED if shared and name in own else ''}{name}" for name, shared in names))
+
+
 def data_snapshot(value: str, *, team: Team, field: str, kind: str, split: str | None = None) -> Snapshot:
     """The snapshot `value` names, of `kind`, holding `split`; InvalidInput naming `field` (and what exists)."""
     match = REFERENCE.fullmatch(value)

@@ -11,6 +11,7 @@ from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, Mode, field_val
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
+from webapp.data.references import data_choices
 
 from .configs import PRESET_NAMES, config_compose
 from .heatmaps import DEFAULT_SAMPLE_SIZE, DEFAULT_TOP_K, MAX_CHECKPOINTS, MAX_SAMPLE_SIZE, spread
@@ -35,6 +36,9 @@ CONFIG_FIELDS = {
     "optimizer_endpoint": "optimizer.endpoint",
     "loss": "grpo.loss",
     "tracking": "tracking.backends",
+    "dataset": "env.dataset",
+    "corpus": "env.corpus",
+    "benchmarks": "eval.benchmarks",
 }
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
@@ -161,6 +165,16 @@ class RunForm(ConfigFormMixin):
         label="No trackers",
         help_text="Not even the team's default.",
     )
+    dataset = forms.ChoiceField(
+        required=False, label="Training questions", help_text="builtin, your team's data or shared data (Data page)."
+    )
+    corpus = forms.ChoiceField(required=False, label="Corpus", help_text="The passages the search tool retrieves.")
+    benchmarks = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Evaluated on",
+        help_text="None checked: the preset's, and the test split of your training data when it has one.",
+    )
     overrides = OverridesField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
@@ -173,6 +187,10 @@ class RunForm(ConfigFormMixin):
         assert isinstance(team_field, forms.ModelChoiceField)
         team_field.queryset = teams
         self.fields["tracking"].help_text += " " + team_tracking_text(teams)
+        questions, corpora = data_choices(teams, "questions"), data_choices(teams, "corpus")
+        self.fields["dataset"].choices = _choices("builtin", *questions)  # type: ignore[attr-defined]
+        self.fields["corpus"].choices = _choices("builtin", *corpora)  # type: ignore[attr-defined]
+        self.fields["benchmarks"].choices = [(v, v) for v in ("builtin", *questions)]  # type: ignore[attr-defined]
 
     def clean(self) -> dict[str, Any]:
         """Raw input for `run_submit`: `config_overrides` holds the JSON overrides with each filled-in field over
