@@ -240,7 +240,7 @@ def pass_share(variant: GRPOLoss, part: Sequence[TrainSample], whole: Sequence[T
 def grpo_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
     advantages: torch.Tensor,
     mask: torch.Tensor,
     *,
@@ -258,9 +258,14 @@ def grpo_loss(
 
     loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated over `mask` as `options.variant` says
     (`aggregate`; the default, grpo, is sequence-mean-token-mean). Masked positions are selected away before any
-    arithmetic, so they get exactly zero gradient.
+    arithmetic, so they get exactly zero gradient. `ref_logprobs=None` (no reference pass: the loss has no KL term,
+    `kl_coef` 0) takes the current log-probs, detached, as the reference: the KL term and its statistic are 0.
     """
     trained = mask != 0
+    if ref_logprobs is None:
+        if kl_coef:
+            raise ValueError("a KL penalty needs the reference log-probs")
+        ref_logprobs = logprobs.detach()
     ratio = importance_ratio(options.variant, logprobs, old_logprobs, mask)
     clip_high = clip_ratio if options.clip_ratio_high is None else options.clip_ratio_high
     pg_tokens, clip_bit = clipped_surrogate(ratio, advantages, clip_low=clip_ratio, clip_high=clip_high)
@@ -461,7 +466,7 @@ def policy_loss(
     model: nn.Module,
     batch: TokenBatch,
     old_logprobs: torch.Tensor | None,
-    ref_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
     *,
     clip_ratio: float,
     kl_coef: float,
@@ -517,7 +522,7 @@ def selective_policy_loss(
     layout: Layout,
     advantages: torch.Tensor,
     old_rows: Sequence[torch.Tensor] | None,
-    ref_rows: Sequence[torch.Tensor],
+    ref_rows: Sequence[torch.Tensor] | None,
     *,
     clip_ratio: float,
     kl_coef: float,
@@ -538,7 +543,7 @@ def selective_policy_loss(
     loss, stats = grpo_loss(
         current,
         old,
-        pad_rows(ref_rows, width),
+        None if ref_rows is None else pad_rows(ref_rows, width),
         advantages,
         mask.float(),
         clip_ratio=clip_ratio,
@@ -735,8 +740,9 @@ class GRPOTrainer:
         old_rows = None if len(minibatches) == 1 else self.logprob_rows(self.policy, samples)
         old_done = perf_counter()
 
-        # 2) Reference log-probs for the KL penalty.
-        ref_rows = self.reference_logprob_rows(samples)
+        # 2) Reference log-probs for the KL penalty; a loss without one (kl_coef 0, as DAPO and Dr. GRPO are run)
+        #    needs no reference forward at all.
+        ref_rows = self.reference_logprob_rows(samples) if self.config.kl_coef else None
         ref_done = perf_counter()
 
         # 3) Shuffled mini-batches, gradient accumulated over micro-batches, one optimizer step each.
@@ -753,6 +759,7 @@ class GRPOTrainer:
         }
         timings = {"old_logprobs": old_done - started, "ref_logprobs": ref_done - old_done}
         timings["update"] = perf_counter() - ref_done
+        metrics["ref_skipped"] = float(ref_rows is None)
         return UpdateResult(metrics=metrics, timings=timings)
 
     def idle_step(self) -> UpdateResult:
@@ -777,7 +784,7 @@ class GRPOTrainer:
         samples: list[TrainSample],
         minibatches: list[list[int]],
         old_rows: list[torch.Tensor] | None,
-        ref_rows: list[torch.Tensor],
+        ref_rows: list[torch.Tensor] | None,
     ) -> dict[str, float]:
         micro_size = self.batch_sizes()[1]
         totals: dict[str, float] = {}
@@ -786,7 +793,7 @@ class GRPOTrainer:
             stats = self.accumulate(
                 [samples[i] for i in indices],
                 None if old_rows is None else [old_rows[i] for i in indices],
-                [ref_rows[i] for i in indices],
+                None if ref_rows is None else [ref_rows[i] for i in indices],
                 micro_size=micro_size,
             )
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm))
@@ -813,7 +820,7 @@ class GRPOTrainer:
         self,
         samples: Sequence[TrainSample],
         old_rows: Sequence[torch.Tensor] | None,
-        ref_rows: Sequence[torch.Tensor],
+        ref_rows: Sequence[torch.Tensor] | None,
         *,
         micro_size: int,
     ) -> dict[str, float]:
@@ -831,7 +838,7 @@ class GRPOTrainer:
                     loss, stats = self._micro_loss(
                         [samples[i] for i in indices],
                         None if old_rows is None else [old_rows[i] for i in indices],
-                        [ref_rows[i] for i in indices],
+                        None if ref_rows is None else [ref_rows[i] for i in indices],
                     )
                 share = pass_share(self.config.loss, [samples[i] for i in indices], samples)
                 torch.autograd.backward(loss * share)
@@ -853,7 +860,7 @@ class GRPOTrainer:
             yield
 
     def _micro_loss(
-        self, samples: list[TrainSample], old_rows: list[torch.Tensor] | None, ref_rows: list[torch.Tensor]
+        self, samples: list[TrainSample], old_rows: list[torch.Tensor] | None, ref_rows: list[torch.Tensor] | None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """The GRPO loss of one micro-batch (with gradient) along `self.path`."""
         clip_ratio, kl_coef = self.config.clip_ratio, self.config.kl_coef
@@ -863,7 +870,7 @@ class GRPOTrainer:
         if self.path == "full":
             batch = collate(samples, pad_id=self.pad_id, device=self.device)
             old = None if old_rows is None else spread_rows(old_rows, batch.loss_mask)
-            ref = spread_rows(ref_rows, batch.loss_mask)
+            ref = None if ref_rows is None else spread_rows(ref_rows, batch.loss_mask)
             sampled = None if rollout is None else spread_rows(rollout, batch.loss_mask)
             return policy_loss(
                 self.policy,

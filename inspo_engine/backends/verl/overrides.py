@@ -100,7 +100,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         (f"{actor}.ppo_mini_batch_size", grpo.mini_batch_size),
         (f"{actor}.ppo_micro_batch_size_per_gpu", per_gpu),
         (f"{actor}.ppo_epochs", 1),
-        (f"{actor}.use_kl_loss", True),
+        (f"{actor}.use_kl_loss", grpo.kl_coef > 0),  # no KL: verl builds no reference worker (need_reference_policy)
         (f"{actor}.kl_loss_coef", grpo.kl_coef),
         (f"{actor}.kl_loss_type", "low_var_kl"),
         (f"{actor}.entropy_coeff", 0),

@@ -533,3 +533,29 @@ def test_a_bfloat16_reference_computes_in_float32_on_rounded_weights_in_half_the
     gaps = torch.cat([(a - b).abs() for a, b in zip(rows, exact_rows, strict=True)])
     print(f"\nbfloat16-stored reference: |Δ log p| mean {gaps.mean():.4f}, max {gaps.max():.4f} over {gaps.numel()}")
     assert 0 < gaps.mean() < 0.02 and gaps.max() < 0.15
+
+
+def test_a_loss_without_kl_skips_the_reference_pass_and_trains_the_same(smollm2, tiny, samples):
+    """kl_coef 0 (DAPO, Dr. GRPO as usually run): no reference forward at all, and the same loss, gradients and
+    update as a trainer that computes the reference and multiplies its KL by 0."""
+    _, tokenizer = smollm2
+    config = _config(kl_coef=0.0, mini_batch_size=1)  # two mini-batches: old log-probs come from their own pass
+    skipping = GRPOTrainer(_trainable_copy(tiny), tokenizer, config, device=CPU, seed=4)
+    computing = GRPOTrainer(_trainable_copy(tiny), tokenizer, config, device=CPU, seed=4)
+    calls: list[int] = []
+
+    def counted(rows):
+        calls.append(len(rows))
+        return GRPOTrainer.reference_logprob_rows(skipping, rows)
+
+    skipping.reference_logprob_rows = counted  # type: ignore[method-assign]
+    computed_rows = computing.reference_logprob_rows(samples)
+    computing.reference_logprob_rows = lambda rows: computed_rows  # type: ignore[method-assign]
+    computing.config = GRPOConfig(**{**vars(config), "kl_coef": 1e-300})  # asks for the reference, weighs it ~0
+    skipped = skipping.update(samples)
+    full = computing.update(samples)
+    assert calls == [] and skipped.metrics["ref_skipped"] == 1.0 and full.metrics["ref_skipped"] == 0.0
+    assert skipped.metrics["kl"] == 0.0 and skipped.timings["ref_logprobs"] < 0.01
+    assert math.isclose(skipped.metrics["pg_loss"], full.metrics["pg_loss"], rel_tol=1e-6, abs_tol=1e-9)
+    for name, weight in skipping.policy.named_parameters():
+        torch.testing.assert_close(weight, computing.policy.get_parameter(name), rtol=1e-6, atol=1e-8)

@@ -69,3 +69,12 @@ def test_verl_config_prints_the_overrides(capsys) -> None:
     assert "actor_rollout_ref.actor.optim.lr=5e-07" in lines and "actor_rollout_ref.rollout.n=5" in lines
     assert main(["verl-config", "--preset", "paper", "--model-size", "7b"]) == 0
     assert "actor_rollout_ref.actor.optim.lr=3e-07" in capsys.readouterr().out
+
+
+def test_a_loss_without_kl_builds_no_reference_worker_in_verl() -> None:
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    config = compose(verl_overrides(preset("paper").with_overrides({"grpo.kl_coef": 0.0}), paths=PATHS))
+    assert not config.actor_rollout_ref.actor.use_kl_loss and not need_reference_policy(config)
+    with_kl = compose(verl_overrides(preset("paper"), paths=PATHS))
+    assert need_reference_policy(with_kl)
