@@ -61,7 +61,7 @@ class DatasetOutputSerializer(serializers.ModelSerializer[Dataset]):
 
 class IndexJobOutputSerializer(serializers.ModelSerializer[IndexJob]):
     version = serializers.IntegerField(source="version.number", read_only=True)
-    eta_s = serializers.SerializerMethodField(help_text="Seconds left at the rate so far (null until known).")
+    eta_s = serializers.FloatField(read_only=True, allow_null=True, help_text="Seconds left at the rate so far.")
 
     class Meta:
         model = IndexJob
@@ -69,11 +69,6 @@ class IndexJobOutputSerializer(serializers.ModelSerializer[IndexJob]):
             "id", "version", "method", "status", "passages_done", "passages_total", "rate", "eta_s", "error",
             "created_at", "started_at", "finished_at",
         )  # fmt: skip
-
-    def get_eta_s(self, job: IndexJob) -> float | None:
-        if job.status != IndexJob.Status.RUNNING or not job.rate:
-            return None
-        return round((job.passages_total - job.passages_done) / job.rate, 1)
 
 
 class DatasetListCreateApi(APIView):

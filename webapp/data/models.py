@@ -100,6 +100,13 @@ class IndexJob(models.Model):
     class Meta:
         ordering = ("-created_at", "-id")
 
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left at the rate so far; None until a running job has a rate."""
+        if self.status != self.Status.RUNNING or not self.rate:
+            return None
+        return round((self.passages_total - self.passages_done) / self.rate, 1)
+
 
 class IndexWait(models.Model):
     """A queued run that waits for an index job before it trains (its task is sent again when the job ends)."""

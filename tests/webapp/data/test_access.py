@@ -99,3 +99,16 @@ def test_the_data_page_uploads_without_a_script_and_shows_the_dataset(alice, cli
     bad = SimpleUploadedFile("qs.jsonl", jsonl(questions(2)) + b'{"id": "x"}\n')
     refused = client.post("/data/", {"team": alice_team.slug, "name": "bad", "kind": "questions", "file": bad})
     assert refused.status_code == 400 and "line 3: field &#x27;question&#x27;" in refused.content.decode()
+
+
+def test_an_index_jobs_progress_shows_done_rate_and_time_left(alice, api, client, wiki):
+    version = DatasetVersion.objects.get(split="corpus")
+    job = IndexJob.objects.create(
+        version=version, sha256=version.sha256, method="bm25", status="running", passages_done=2500,
+        passages_total=10_000, rate=500.0,
+    )  # fmt: skip
+    body = api(alice).get(f"/api/v1/index-jobs/{job.pk}/").json()
+    assert (body["passages_done"], body["passages_total"], body["rate"], body["eta_s"]) == (2500, 10_000, 500.0, 15.0)
+    client.force_login(alice)
+    page = client.get(f"/data/{wiki['id']}/").content.decode()
+    assert "2500 / 10000" in page and "500/s, 15 s left" in page
