@@ -109,6 +109,13 @@ class GRPOConfig:
     """Train LoRA adapters (peft) instead of all weights."""
     lora_rank: int = bounded(16, 1, 1024)
     """LoRA rank when use_lora is on."""
+    lora_alpha: int | None = bounded(None, 1, 65_536)
+    """LoRA's scale numerator (the adapters' update is scaled by alpha / rank); None: 2 × lora_rank."""
+    lora_dropout: float = bounded(0.0, 0, 1)
+    """Dropout on the adapters' input during training (peft's lora_dropout); < 1."""
+    lora_targets: list[str] = field(default_factory=lambda: ["all-linear"])
+    """The modules that get adapters: peft module names (q_proj, v_proj, …) or 'all-linear' alone (every linear
+    layer but the output head)."""
     rollout_correction: Literal["none", "tis"] = "none"
     """How the update corrects for rollouts sampled by other weights than the ones it scores them with (the bfloat16
     rollout copy of backend.precision 'bf16-mixed' or backend.rollout_dtype): 'none', or 'tis' (truncated
@@ -506,6 +513,7 @@ class RunConfig:
         """Raise ConfigError naming every bad field and its allowed range."""
         errors = _check_bounds(self) + _check_relations(self) + _check_strings(self) + _check_optimizer(self)
         errors += _check_tracking(self.tracking) + split_errors(self.eval.split, "eval.split")
+        errors += _check_lora(self.grpo)
         if errors:
             raise ConfigError(errors)
 
@@ -604,7 +612,7 @@ MAX_INSTRUCTION_CHARS = 20_000
 """The longest instruction (the seed and each of initial_instructions) a config may carry."""
 MAX_STRING_CHARS = 4096
 """The longest value of any other string field (a path, URL or name)."""
-MAX_LIST_ITEMS = {"population.initial_instructions": 63, "eval.benchmarks": 64}
+MAX_LIST_ITEMS = {"population.initial_instructions": 63, "eval.benchmarks": 64, "grpo.lora_targets": 32}
 """The most items a list field may hold."""
 
 
@@ -681,6 +689,8 @@ def _verl_loss_errors(grpo: GRPOConfig) -> list[FieldError]:
         errors.append(FieldError("grpo.scale_rewards", "'batch' is supported by the torch backend only"))
     if grpo.drop_truncated:
         errors.append(FieldError("grpo.drop_truncated", "is supported by the torch backend only"))
+    if grpo.use_lora and grpo.lora_dropout:
+        errors.append(FieldError("grpo.lora_dropout", "verl 0.9.1 has no key for LoRA dropout: the torch backend only"))
     return errors
 
 
@@ -766,6 +776,23 @@ def _check_tracking(tracking: TrackingConfig) -> list[FieldError]:
             errors.append(FieldError(f"tracking.{name}", "must be a name: letters, digits, '_', '.', '-' (≤ 64)"))
     if tracking.mlflow_secret is not None and uri is None:
         errors.append(FieldError("tracking.mlflow_secret", "a token goes only to a server: set tracking.mlflow_uri"))
+    return errors
+
+
+_MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,127}")
+ALL_LINEAR = "all-linear"
+
+
+def _check_lora(grpo: GRPOConfig) -> list[FieldError]:
+    """lora_targets: module names, or 'all-linear' alone; lora_dropout below 1."""
+    errors = []
+    targets = grpo.lora_targets
+    names = [t for t in targets if t != ALL_LINEAR]
+    if not targets or (ALL_LINEAR in targets and len(targets) > 1) or not all(_MODULE_NAME.fullmatch(t) for t in names):
+        message = "must be module names (q_proj, v_proj, …) or ['all-linear'] alone"
+        errors.append(FieldError("grpo.lora_targets", message))
+    if grpo.lora_dropout >= 1:
+        errors.append(FieldError("grpo.lora_dropout", "must be < 1"))
     return errors
 
 

@@ -39,7 +39,14 @@ CONFIG_FIELDS = {
     "dataset": "env.dataset",
     "corpus": "env.corpus",
     "benchmarks": "eval.benchmarks",
+    "use_lora": "grpo.use_lora",
+    "lora_rank": "grpo.lora_rank",
+    "lora_alpha": "grpo.lora_alpha",
+    "lora_dropout": "grpo.lora_dropout",
+    "lora_targets": "grpo.lora_targets",
 }
+LORA_FIELDS = ("use_lora", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+"""The run form's "Adapters (LoRA)" group."""
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
 
@@ -175,11 +182,30 @@ class RunForm(ConfigFormMixin):
         label="Evaluated on",
         help_text="None checked: the preset's, and the test split of your training data when it has one.",
     )
+    use_lora = forms.TypedChoiceField(
+        required=False,
+        choices=[("", "(preset)"), ("true", "on: train adapters only"), ("false", "off: train every weight")],
+        coerce=lambda value: value == "true",
+        empty_value=None,
+        label="LoRA",
+        help_text="Adapters (peft) instead of every weight: a fraction of the memory and the update's work.",
+    )
+    lora_rank = forms.IntegerField(required=False, min_value=1, label="LoRA rank (r)")
+    lora_alpha = forms.IntegerField(required=False, min_value=1, label="LoRA alpha", help_text="Empty: 2 × rank.")
+    lora_dropout = forms.FloatField(required=False, min_value=0, label="LoRA dropout", help_text="torch backend only.")
+    lora_targets = forms.CharField(
+        required=False,
+        label="LoRA targets",
+        help_text="all-linear (every projection), or module names, comma-separated: q_proj, v_proj.",
+    )
     overrides = OverridesField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text='Any other field as JSON, e.g. {"grpo.kl_coef": 0.002, "env.max_turns": 3}.',
     )
+
+    def clean_lora_targets(self) -> list[str] | None:
+        return _tags(self.cleaned_data["lora_targets"]) or None
 
     def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

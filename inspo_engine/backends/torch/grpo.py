@@ -635,11 +635,15 @@ class _Widened(nn.Module):
         return nn.functional.linear(inputs, self.weight.to(self.compute), bias)
 
 
-def _wrap_lora(model: PreTrainedModel, rank: int) -> PeftModel:
-    """Inject LoRA adapters (rank r, alpha 2r, no dropout) into every attention and MLP projection of `model`."""
+def _wrap_lora(model: PreTrainedModel, grpo: GRPOConfig) -> PeftModel:
+    """Inject LoRA adapters into `model` as the config says: rank r, alpha (2r unless set), dropout, and the target
+    modules ('all-linear': every attention and MLP projection)."""
     from peft import LoraConfig, PeftModel, get_peft_model
 
-    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=LORA_TARGETS, bias="none")
+    rank = grpo.lora_rank
+    alpha = grpo.lora_alpha if grpo.lora_alpha is not None else 2 * rank
+    targets: str | list[str] = LORA_TARGETS if grpo.lora_targets == [LORA_TARGETS] else list(grpo.lora_targets)
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=grpo.lora_dropout, target_modules=targets, bias="none")
     wrapped = get_peft_model(model, config)
     assert isinstance(wrapped, PeftModel)
     return wrapped
@@ -695,7 +699,7 @@ class GRPOTrainer:
         if not isinstance(pad_id, int):
             raise ValueError("the tokenizer has neither a pad token nor an eos token")
         self.pad_id: int = pad_id
-        self.peft: PeftModel | None = _wrap_lora(model, config.lora_rank) if config.use_lora else None
+        self.peft: PeftModel | None = _wrap_lora(model, config) if config.use_lora else None
         self.policy: nn.Module = self.peft if self.peft is not None else model
         self.policy.eval()
         self.parts = split_causal_lm(self.policy)

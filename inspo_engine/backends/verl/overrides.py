@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import LOSS_AGGREGATION, RunConfig, TrackingConfig, loss_norm_tokens, reward_scaling
+from ...config import LOSS_AGGREGATION, GRPOConfig, RunConfig, TrackingConfig, loss_norm_tokens, reward_scaling
 from .turns import response_length_for
 
 AGENT_NAME = "inspo_search_r1"
@@ -93,6 +93,8 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("actor_rollout_ref.model.use_remove_padding", True),
         ("actor_rollout_ref.model.enable_gradient_checkpointing", True),
         ("actor_rollout_ref.model.lora_rank", grpo.lora_rank if grpo.use_lora else 0),
+        ("actor_rollout_ref.model.lora_alpha", _alpha(grpo)),
+        ("actor_rollout_ref.model.target_modules", _targets(grpo.lora_targets)),
         (f"{actor}.optim.lr", grpo.lr),
         (f"{actor}.optim.lr_warmup_steps_ratio", grpo.warmup_ratio),
         (f"{actor}.optim.lr_scheduler_type", "cosine"),
@@ -209,6 +211,20 @@ def quote(text: str) -> str:
 def describe(overrides: list[str]) -> str:
     """Overrides one per line, as a shell continuation, for `python -m inspo_engine verl-config`."""
     return " \\\n".join(overrides)
+
+
+def _alpha(grpo: GRPOConfig) -> int:
+    """verl's lora_alpha: the config's, or 2 × rank as the torch backend takes it (verl's own default is 16)."""
+    return grpo.lora_alpha if grpo.lora_alpha is not None else 2 * grpo.lora_rank
+
+
+def _targets(targets: list[str]) -> str | list[str]:
+    """LoRA's target modules as verl's `model.target_modules` takes them: 'all-linear' as the string, else a list.
+
+    >>> _targets(["all-linear"]), _targets(["q_proj", "v_proj"])
+    ('all-linear', ['q_proj', 'v_proj'])
+    """
+    return targets[0] if targets == ["all-linear"] else list(targets)
 
 
 def verl_loggers(tracking: TrackingConfig) -> list[str]:

@@ -559,3 +559,14 @@ def test_a_loss_without_kl_skips_the_reference_pass_and_trains_the_same(smollm2,
     assert math.isclose(skipped.metrics["pg_loss"], full.metrics["pg_loss"], rel_tol=1e-6, abs_tol=1e-9)
     for name, weight in skipping.policy.named_parameters():
         torch.testing.assert_close(weight, computing.policy.get_parameter(name), rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")  # inside peft
+def test_lora_alpha_dropout_and_targets_reach_peft(smollm2, tiny):
+    config = _config(use_lora=True, lora_rank=4, lora_alpha=12, lora_dropout=0.1, lora_targets=["q_proj", "v_proj"])
+    trainer = GRPOTrainer(_trainable_copy(tiny), smollm2[1], config, device=CPU)
+    assert trainer.peft is not None
+    peft = trainer.peft.peft_config["default"]
+    assert (peft.r, peft.lora_alpha, peft.lora_dropout, set(peft.target_modules)) == (4, 12, 0.1, {"q_proj", "v_proj"})
+    names = {n for n, p in trainer.policy.named_parameters() if p.requires_grad}
+    assert names and all(("q_proj" in n or "v_proj" in n) and "lora_" in n for n in names)

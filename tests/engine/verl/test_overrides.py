@@ -3,6 +3,8 @@ the `verl-config` command that prints them."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tests.engine.verl._support import require_verl
@@ -78,3 +80,22 @@ def test_a_loss_without_kl_builds_no_reference_worker_in_verl() -> None:
     assert not config.actor_rollout_ref.actor.use_kl_loss and not need_reference_policy(config)
     with_kl = compose(verl_overrides(preset("paper"), paths=PATHS))
     assert need_reference_policy(with_kl)
+
+
+def test_every_lora_field_reaches_verls_model_config() -> None:
+    from verl.workers.config.model import HFModelConfig
+
+    lora = {
+        "grpo.use_lora": True,
+        "grpo.lora_rank": 32,
+        "grpo.lora_alpha": 16,
+        "grpo.lora_targets": ["q_proj", "v_proj"],
+    }
+    model = compose(verl_overrides(preset("paper").with_overrides(lora), paths=PATHS)).actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha, list(model.target_modules)) == (32, 16, ["q_proj", "v_proj"])
+    assert {"lora_rank", "lora_alpha", "target_modules"} <= {f.name for f in dataclasses.fields(HFModelConfig)}
+    default = compose(verl_overrides(preset("paper").with_overrides({"grpo.use_lora": True}), paths=PATHS))
+    assert (
+        default.actor_rollout_ref.model.lora_alpha == 32
+        and default.actor_rollout_ref.model.target_modules == "all-linear"
+    )
