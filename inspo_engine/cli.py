@@ -169,7 +169,14 @@ def add_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (1)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of each run (1)")
     parser.add_argument("--out", type=Path, required=True, help="experiment directory: one run directory per run")
-    parser.add_argument("--eval-benchmark", default="builtin", help="'builtin' or a FlashRAG benchmark")
+    parser.add_argument(
+        "--eval-benchmark",
+        dest="eval_benchmarks",
+        action="append",
+        default=[],
+        help="'builtin' (the default) or a FlashRAG benchmark; repeat it for several: a verdict per benchmark and "
+        "one over their unweighted average",
+    )
     parser.add_argument("--eval-split", default="test")
     parser.add_argument("--eval-size", type=int, default=0, help="questions drawn from the split (0 = all)")
     parser.add_argument("--eval-seed", type=int, default=0, help="the seed that draws them (0)")
@@ -445,7 +452,7 @@ def experiment_of(args: argparse.Namespace) -> Experiment:
             "arms": arms,
             "seeds": args.seeds,
             "evaluation": {
-                "benchmark": args.eval_benchmark,
+                "benchmarks": args.eval_benchmarks or ["builtin"],
                 "split": args.eval_split,
                 "size": args.eval_size,
                 "sample_seed": args.eval_seed,
@@ -514,7 +521,7 @@ class ExperimentRun:
             raise UsageError(f"{directory} holds a run of another config: give another --out, or delete it")
         directory.mkdir(parents=True, exist_ok=True)
         saved.write_text(config.to_json(), encoding="utf-8")
-        outcome = read_run(directory, experiment.evaluation.benchmark)
+        outcome = read_run(directory, experiment.evaluation.benchmarks)
         run = cls(run_name(arm, seed), directory, sum(p.steps for p in phases_for(config)), outcome.finished)
         run.step = run.total if outcome.finished else 0
         return run

@@ -21,6 +21,9 @@ from .presets import PRESETS, preset
 if TYPE_CHECKING:
     from .stats import Comparison, Scores
 
+    BenchmarkScores = Mapping[str, Scores]
+    """benchmark → seed → question id → score."""
+
 BUILTIN_ARMS: dict[str, dict[str, Any]] = {
     "static": {"mode": "static"},
     "inspo": {"mode": "online"},
@@ -37,7 +40,7 @@ optimizer is one of these)."""
 
 EXPERIMENT_FIELDS = {
     "seed": "seeds",
-    "eval.benchmarks": "evaluation.benchmark",
+    "eval.benchmarks": "evaluation.benchmarks",
     "eval.split": "evaluation.split",
     "eval.eval_samples": "evaluation.size",
     "eval.sample_seed": "evaluation.sample_seed",
@@ -45,6 +48,7 @@ EXPERIMENT_FIELDS = {
 """Config fields an experiment sets itself, and the experiment field that sets each."""
 
 MAX_ARMS = 16
+MAX_BENCHMARKS = 16
 MAX_SEEDS = 50
 MAX_SEED = 1_000_000
 REWARD_TAIL = 5
@@ -58,14 +62,32 @@ _ARM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 class EvalSpec:
     """The held-out evaluation every run of an experiment ends with: the same questions for all of them."""
 
-    benchmark: str = "builtin"
-    """'builtin' or a FlashRAG benchmark (file or directory)."""
+    benchmarks: tuple[str, ...] = ("builtin",)
+    """'builtin' or FlashRAG benchmarks (files or directories); with several, each gets its verdict and so does their
+    unweighted average."""
     split: str = "test"
-    """The benchmark's split."""
+    """The benchmarks' split."""
     size: int = 0
-    """Questions drawn from the split (0 = all)."""
+    """Questions drawn from each benchmark's split (0 = all)."""
     sample_seed: int = 0
     """The seed that draws them."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> EvalSpec:
+        """A stored evaluation, not validated again; one stored before several benchmarks were allowed names its one
+        in `benchmark`.
+
+        >>> EvalSpec.from_dict({"benchmark": "nq.jsonl", "split": "test", "size": 5, "sample_seed": 0}).benchmarks
+        ('nq.jsonl',)
+        """
+        fields = dict(data)
+        single = fields.pop("benchmark", None)
+        names = fields.pop("benchmarks", None) or ([single] if single is not None else ["builtin"])
+        return cls(benchmarks=tuple(str(name) for name in names), **fields)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON holds it (the benchmarks a list), and as `from_dict` and `experiment_from_dict` take it."""
+        return asdict(self) | {"benchmarks": list(self.benchmarks)}
 
 
 @dataclass(frozen=True)
@@ -82,7 +104,8 @@ class Experiment:
     baseline: str = "static"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As JSON holds it, and as `experiment_from_dict` takes it."""
+        return asdict(self) | {"evaluation": self.evaluation.to_dict()}
 
     def runs(self) -> list[tuple[str, int]]:
         """Every (arm, seed), seed by seed so that stopping early leaves whole seeds."""
@@ -94,10 +117,11 @@ class Experiment:
 
 def experiment_from_dict(data: Any) -> Experiment:
     """An experiment from JSON-like data, validated: ConfigError names each bad field ("preset", "seeds",
-    "evaluation.size", "overrides.grpo.lr", "arms.foo.grpo.lr", "baseline").
+    "evaluation.size", "evaluation.benchmarks", "overrides.grpo.lr", "arms.foo.grpo.lr", "baseline").
 
     `arms` is a list of built-in arm names or an object of name → overrides (null or {} for a built-in as it is;
-    a built-in's overrides apply on top of its own). `seeds` is a count (0 … n−1) or a list of seeds.
+    a built-in's overrides apply on top of its own). `seeds` is a count (0 … n−1) or a list of seeds. The evaluation
+    names its benchmarks in `benchmarks` (a list) or its one in `benchmark`, as experiments did before.
     """
     if not isinstance(data, Mapping):
         raise ConfigError([FieldError("", "an experiment must be an object")])
@@ -120,7 +144,15 @@ def experiment_from_dict(data: Any) -> Experiment:
     if errors:
         raise ConfigError(errors)
     experiment = Experiment(str(name), overrides, arms, seeds, evaluation, baseline)
-    _check_configs(experiment)
+    given = data.get("evaluation")
+    single = isinstance(given, Mapping) and "benchmark" in given
+    try:
+        _check_configs(experiment)
+    except ConfigError as error:
+        if not single:
+            raise
+        renamed = [FieldError(_BENCHMARK if e.field == _BENCHMARKS else e.field, e.message) for e in error.errors]
+        raise ConfigError(renamed) from error
     return experiment
 
 
@@ -181,18 +213,46 @@ def _seeds(value: Any) -> tuple[list[int], list[FieldError]]:
     return list(value), []
 
 
+_BENCHMARK, _BENCHMARKS = "evaluation.benchmark", "evaluation.benchmarks"
+
+
 def _evaluation(value: Any) -> tuple[EvalSpec, list[FieldError]]:
     if not isinstance(value, Mapping):
         return EvalSpec(), [FieldError("evaluation", "must be an object")]
-    errors = [FieldError(f"evaluation.{key}", "unknown field") for key in value if key not in EvalSpec.__annotations__]
-    kinds: dict[str, type] = {"benchmark": str, "split": str, "size": int, "sample_seed": int}
+    known = {"benchmark", *EvalSpec.__annotations__}
+    errors = [FieldError(f"evaluation.{key}", "unknown field") for key in value if key not in known]
+    kinds: dict[str, type] = {"split": str, "size": int, "sample_seed": int}
     for key, kind in kinds.items():
         item = value.get(key)
         if item is not None and (not isinstance(item, kind) or isinstance(item, bool)):
             errors.append(FieldError(f"evaluation.{key}", f"must be a{'n integer' if kind is int else ' string'}"))
-    if errors:
-        return EvalSpec(), errors
-    return EvalSpec(**{k: v for k, v in value.items() if v is not None}), []
+    benchmarks, found = _benchmarks(value)
+    if errors or found:
+        return EvalSpec(), errors + found
+    fields = {k: v for k, v in value.items() if v is not None and k in kinds}
+    return EvalSpec(benchmarks=benchmarks, **fields), []
+
+
+def _benchmarks(value: Mapping[str, Any]) -> tuple[tuple[str, ...], list[FieldError]]:
+    """`benchmarks`, a list of distinct names, or `benchmark`, one name; 'builtin' when neither is given."""
+    single, names = value.get("benchmark"), value.get("benchmarks")
+    if single is not None and names is not None:
+        return (), [FieldError(_BENCHMARKS, "give benchmarks (a list) or benchmark (one name), not both")]
+    if single is not None:
+        if not isinstance(single, str) or not single:
+            return (), [FieldError(_BENCHMARK, "must be a benchmark's name: a non-empty string")]
+        return (single,), []
+    if names is None:
+        return EvalSpec().benchmarks, []
+    ok = (
+        isinstance(names, list)
+        and 1 <= len(names) <= MAX_BENCHMARKS
+        and all(isinstance(name, str) and name for name in names)
+        and len(set(names)) == len(names)
+    )
+    if not ok:
+        return (), [FieldError(_BENCHMARKS, f"must be a list of 1 to {MAX_BENCHMARKS} distinct benchmark names")]
+    return tuple(names), []
 
 
 def _check_configs(experiment: Experiment) -> None:
@@ -230,7 +290,7 @@ def _eval_overrides(experiment: Experiment, seed: int) -> dict[str, Any]:
     spec = experiment.evaluation
     return {
         "seed": seed,
-        "eval.benchmarks": [spec.benchmark],
+        "eval.benchmarks": list(spec.benchmarks),
         "eval.split": spec.split,
         "eval.eval_samples": spec.size,
         "eval.sample_seed": spec.sample_seed,
@@ -267,9 +327,9 @@ class RunOutcome:
     """The last step the run completed."""
     rewards: list[float]
     """Training reward (step mean) of steps 1, 2, …; a resumed run's repeated steps keep their last value."""
-    em: dict[str, float] = field(default_factory=dict)
-    """Question id → EM of the final evaluation (empty unless finished)."""
-    f1: dict[str, float] = field(default_factory=dict)
+    em: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Benchmark → question id → EM of the final evaluation (empty unless finished)."""
+    f1: dict[str, dict[str, float]] = field(default_factory=dict)
     machine: dict[str, str] | None = None
     """What the run's last start recorded it computed on (`machine.describe`); None if it recorded nothing."""
     minutes: float | None = None
@@ -280,8 +340,9 @@ class RunOutcome:
     """What its last start computed in ('fp32', 'bf16-mixed': `backend.precision` resolved); None if not recorded."""
 
 
-def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
-    """A run directory's progress, training rewards and, when it finished, its final evaluation's answers."""
+def read_run(run_dir: Path, benchmarks: str | Sequence[str]) -> RunOutcome:
+    """A run directory's progress, training rewards and, when it finished, its final evaluation's answers on each
+    benchmark (finished only when every benchmark's are there)."""
     events_path = run_dir / "events.jsonl"
     if not events_path.exists():
         return RunOutcome(False, 0, [])
@@ -303,12 +364,13 @@ def read_run(run_dir: Path, benchmark: str) -> RunOutcome:
     )
     if not ends or ends[-1].status != "finished":
         return unfinished
-    path = evaluation_file(run_dir, ends[-1].step, benchmark)
-    if not path.exists():
+    names = [benchmarks] if isinstance(benchmarks, str) else list(benchmarks)
+    paths = {name: evaluation_file(run_dir, ends[-1].step, name) for name in names}
+    if not all(path.exists() for path in paths.values()):
         return unfinished
-    answers = read_answers(path)
-    em = {str(a["question_id"]): float(a["em"]) for a in answers}
-    f1 = {str(a["question_id"]): float(a["f1"]) for a in answers}
+    answers = {name: read_answers(path) for name, path in paths.items()}
+    em = {name: {str(a["question_id"]): float(a["em"]) for a in rows} for name, rows in answers.items()}
+    f1 = {name: {str(a["question_id"]): float(a["f1"]) for a in rows} for name, rows in answers.items()}
     return replace(unfinished, finished=True, em=em, f1=f1)
 
 
@@ -323,13 +385,13 @@ def _minutes(events: Sequence[Event]) -> float | None:
 
 def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
     """`experiment_results` over the runs found under `out` (each in `run_name(arm, seed)`)."""
-    scores: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in experiment.arms}
-    f1s: dict[str, dict[int, dict[str, float]]] = {arm: {} for arm in experiment.arms}
+    scores: dict[str, dict[str, dict[int, dict[str, float]]]] = {arm: {} for arm in experiment.arms}
+    f1s: dict[str, dict[str, dict[int, dict[str, float]]]] = {arm: {} for arm in experiment.arms}
     rewards: dict[str, dict[int, list[float]]] = {arm: {} for arm in experiment.arms}
     machines: dict[str, dict[str, str] | None] = {}
     costs: list[dict[str, Any]] = []
     for arm, seed in experiment.runs():
-        outcome = read_run(out / run_name(arm, seed), experiment.evaluation.benchmark)
+        outcome = read_run(out / run_name(arm, seed), experiment.evaluation.benchmarks)
         if outcome.rewards:
             rewards[arm][seed] = outcome.rewards
             machines[run_name(arm, seed)] = outcome.machine
@@ -337,8 +399,9 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
                 {"arm": arm, "seed": seed, "finished": outcome.finished, "steps": outcome.steps}
                 | {"minutes": outcome.minutes, "peak_rss_kib": outcome.peak_rss_kib, "precision": outcome.precision}
             )
-        if outcome.finished:
-            scores[arm][seed], f1s[arm][seed] = outcome.em, outcome.f1
+        for name in outcome.em if outcome.finished else ():
+            scores[arm].setdefault(name, {})[seed] = outcome.em[name]
+            f1s[arm].setdefault(name, {})[seed] = outcome.f1[name]
     results = experiment_results(experiment, scores, rewards, f1_by_arm=f1s, machines=machines)
     return results | {"runs": costs}
 
@@ -348,86 +411,177 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
 
 def experiment_results(
     experiment: Experiment,
-    scores_by_arm: Mapping[str, Scores],
+    scores_by_arm: Mapping[str, BenchmarkScores],
     rewards_by_arm: Mapping[str, Mapping[int, Sequence[float]]],
     *,
-    f1_by_arm: Mapping[str, Scores] | None = None,
+    f1_by_arm: Mapping[str, BenchmarkScores] | None = None,
     level: float = 0.95,
     machines: dict[str, dict[str, str] | None] | None = None,
 ) -> dict[str, Any]:
     """The experiment's table as JSON-able data: per arm its finished seeds, mean EM (and F1), the training reward
     of the last steps and its curve over seeds, its difference from the baseline arm with an interval and the verdict
     in words; and which (arm, seed) runs have no results. An arm is computed over the seeds that finished; it is
-    compared with the baseline on the seeds both finished. `scores_by_arm`: arm → seed → question id → EM (0–1);
-    `rewards_by_arm`: arm → seed → training reward per step. `machines` (run name → what it recorded computing on,
-    None for nothing) adds the runs grouped by machine: arms pair by seed, and runs of one seed on different
-    machines computed different things from their first step."""
-    missing = [{"arm": arm, "seed": seed} for arm, seed in experiment.runs() if seed not in scores_by_arm.get(arm, {})]
+    compared with the baseline on the seeds both finished. `scores_by_arm`: arm → benchmark → seed → question id →
+    EM (0–1); `rewards_by_arm`: arm → seed → training reward per step. `machines` (run name → what it recorded
+    computing on, None for nothing) adds the runs grouped by machine: arms pair by seed, and runs of one seed on
+    different machines computed different things from their first step.
+
+    Each arm's `benchmarks` holds one entry per benchmark (its means, comparison and verdict). The arm's own numbers
+    are those of the unweighted average over the benchmarks (each weighted 1/B, `stats.compare_average`), over the
+    seeds that finished every benchmark; with one benchmark they are that benchmark's."""
+    names = list(experiment.evaluation.benchmarks)
+    missing = [
+        {"arm": arm, "seed": seed}
+        for arm, seed in experiment.runs()
+        if seed not in _finished(scores_by_arm.get(arm, {}), names)
+    ]
     baseline = scores_by_arm.get(experiment.baseline, {})
     rows = [
-        _arm_row(experiment, arm, scores_by_arm.get(arm, {}), baseline, rewards_by_arm.get(arm, {}), level)
-        | {"mean_f1": _mean_f1((f1_by_arm or {}).get(arm, {}))}
+        _arm_row(
+            experiment,
+            arm,
+            (scores_by_arm.get(arm, {}), (f1_by_arm or {}).get(arm, {}), baseline),
+            rewards_by_arm.get(arm, {}),
+            level,
+        )
         for arm in experiment.arms
     ]
     return {
         "experiment": experiment.to_dict(),
         "baseline": experiment.baseline,
         "level": level,
+        "benchmarks": names,
         "arms": rows,
         "missing": missing,
         "complete": not missing,
         "machines": [
-            {"machine": machine, "runs": names} for machine, names in same_machine_groups(dict(machines or {}))
+            {"machine": machine, "runs": group} for machine, group in same_machine_groups(dict(machines or {}))
         ],
     }
+
+
+def _finished(scores: BenchmarkScores, names: Sequence[str]) -> list[int]:
+    """The seeds with scores on every one of the benchmarks."""
+    by_benchmark = [{seed for seed, by_question in scores.get(name, {}).items() if by_question} for name in names]
+    return sorted(set.intersection(*by_benchmark)) if by_benchmark else []
 
 
 def _arm_row(
     experiment: Experiment,
     arm: str,
-    scores: Scores,
-    baseline: Scores,
+    scores: tuple[BenchmarkScores, BenchmarkScores, BenchmarkScores],
     rewards: Mapping[int, Sequence[float]],
     level: float,
 ) -> dict[str, Any]:
-    finished = sorted(scores)
+    """One arm's row; `scores` holds its EM, its F1 and the baseline arm's EM, each benchmark → seed → question."""
+    em, f1, baseline = scores
+    names = list(experiment.evaluation.benchmarks)
+    finished = _finished(em, names)
     row: dict[str, Any] = {
         "arm": arm,
         "overrides": experiment.arms[arm],
         "seeds": finished,
-        "mean_em": None,
-        "per_seed_em": {},
-        "questions": 0,
+        **_average_summary(arm, {name: em.get(name, {}) for name in names}, finished),
+        "mean_f1": _mean_f1({name: f1.get(name, {}) for name in names}, finished),
         "reward_last": _reward_tail({s: rewards[s] for s in finished if s in rewards}),
         "reward_curve": reward_curve(rewards),
         "comparison": None,
         "verdict": None,
+        "benchmarks": [
+            _benchmark_row(experiment, arm, name, (em.get(name, {}), f1.get(name, {}), baseline.get(name, {})), level)
+            for name in names
+        ],
     }
-    if finished:
-        from .stats import arm_summary
-
-        summary = arm_summary(arm, scores)
-        row |= {
-            "mean_em": summary.mean,
-            "per_seed_em": {str(s): v for s, v in summary.per_seed.items()},
-            "questions": summary.questions,
-        }
-    if arm != experiment.baseline:
-        row |= _comparison(arm, scores, experiment.baseline, baseline, level)
-    return row
+    if arm == experiment.baseline:
+        return row
+    if len(names) == 1:
+        return row | _comparison(arm, em.get(names[0], {}), experiment.baseline, baseline.get(names[0], {}), level)
+    return row | _average_comparison(arm, em, experiment.baseline, baseline, names, level)
 
 
-def _comparison(arm: str, scores: Scores, name: str, baseline: Scores, level: float) -> dict[str, Any]:
-    """The arm against the baseline on the seeds both finished; a verdict saying why when there is none."""
+def _benchmark_row(
+    experiment: Experiment, arm: str, name: str, scores: tuple[Scores, Scores, Scores], level: float
+) -> dict[str, Any]:
+    """One benchmark of an arm: its means over the seeds that finished it, and its own comparison and verdict."""
+    em, f1, baseline = scores
+    finished = sorted(seed for seed, by_question in em.items() if by_question)
+    entry = {
+        "benchmark": name,
+        "seeds": finished,
+        **_average_summary(arm, {name: em}, finished),
+        "mean_f1": _mean_f1({name: f1}, finished),
+        "comparison": None,
+        "verdict": None,
+    }
+    if arm == experiment.baseline:
+        return entry
+    done = {s: em[s] for s in finished}
+    return entry | _comparison(arm, done, experiment.baseline, baseline, level, scope=name)
+
+
+def _average_summary(arm: str, scores: BenchmarkScores, seeds: list[int]) -> dict[str, Any]:
+    """The mean over `seeds` of each seed's unweighted mean over the benchmarks of its mean score, each seed's, and
+    the questions of all the benchmarks (each one's fewest over the seeds)."""
+    if not seeds:
+        return {"mean_em": None, "per_seed_em": {}, "questions": 0}
+    from .stats import arm_summary
+
+    summaries = [arm_summary(arm, {seed: by_seed[seed] for seed in seeds}) for by_seed in scores.values()]
+    per_seed = {seed: statistics.fmean(summary.per_seed[seed] for summary in summaries) for seed in seeds}
+    return {
+        "mean_em": statistics.fmean(per_seed.values()),
+        "per_seed_em": {str(s): v for s, v in per_seed.items()},
+        "questions": sum(summary.questions for summary in summaries),
+    }
+
+
+def _comparison(
+    arm: str, scores: Scores, name: str, baseline: Scores, level: float, *, scope: str = ""
+) -> dict[str, Any]:
+    """The arm against the baseline on the seeds both finished; a verdict saying why when there is none. `scope`
+    names the benchmark in the verdict."""
+    where = f" on {scope}" if scope else ""
     common = sorted(set(scores) & set(baseline))
     if not common:
-        return {"verdict": f"{arm} − {name}: no seed finished in both arms yet"}
+        return {"verdict": f"{arm} − {name}{where}: no seed finished in both arms yet"}
     from .stats import compare
 
     try:
         result = compare(arm, {s: scores[s] for s in common}, name, {s: baseline[s] for s in common}, level=level)
     except ValueError as error:
-        return {"verdict": f"{arm} − {name}: not comparable ({error})"}
+        return {"verdict": f"{arm} − {name}{where}: not comparable ({error})"}
+    result = replace(result, scope=scope)
+    return {"comparison": comparison_dict(result), "verdict": result.verdict()}
+
+
+def average_scope(benchmarks: int) -> str:
+    """How a verdict names the average over the benchmarks.
+
+    >>> average_scope(3)
+    'Avg. of 3 benchmarks (each weighted 1/3)'
+    """
+    return f"Avg. of {benchmarks} benchmarks (each weighted 1/{benchmarks})"
+
+
+def _average_comparison(
+    arm: str, scores: BenchmarkScores, name: str, baseline: BenchmarkScores, names: list[str], level: float
+) -> dict[str, Any]:
+    """The arm against the baseline on the unweighted average over the benchmarks, on the seeds both finished on
+    every benchmark; a verdict saying why when there is none."""
+    scope = average_scope(len(names))
+    common = sorted(set(_finished(scores, names)) & set(_finished(baseline, names)))
+    if not common:
+        return {"verdict": f"{arm} − {name} on {scope}: no seed finished every benchmark in both arms yet"}
+    from .stats import compare_average
+
+    def on_common(by_benchmark: BenchmarkScores) -> dict[str, dict[int, Mapping[str, float]]]:
+        return {b: {s: by_benchmark[b][s] for s in common} for b in names}
+
+    try:
+        result = compare_average(arm, on_common(scores), name, on_common(baseline), level=level)
+    except ValueError as error:
+        return {"verdict": f"{arm} − {name} on {scope}: not comparable ({error})"}
+    result = replace(result, scope=scope)
     return {"comparison": comparison_dict(result), "verdict": result.verdict()}
 
 
@@ -442,6 +596,7 @@ def comparison_dict(result: Comparison) -> dict[str, Any]:
         "level": result.level,
         "seeds": result.seeds,
         "questions": result.questions,
+        "benchmark_questions": dict(result.benchmark_questions),
         "per_seed": {str(s): v for s, v in result.per_seed.items()},
         "method": result.method,
         "excludes_zero": result.excludes_zero(),
@@ -449,9 +604,14 @@ def comparison_dict(result: Comparison) -> dict[str, Any]:
     }
 
 
-def _mean_f1(f1: Scores) -> float | None:
-    per_seed = [statistics.fmean(values.values()) for values in f1.values() if values]
-    return statistics.fmean(per_seed) if per_seed else None
+def _mean_f1(f1: BenchmarkScores, seeds: list[int]) -> float | None:
+    """The mean over the seeds that have F1 on every benchmark of each one's unweighted mean over the benchmarks."""
+    kept = [seed for seed in seeds if all(by_seed.get(seed) for by_seed in f1.values())]
+    if not kept or not f1:
+        return None
+    return statistics.fmean(
+        statistics.fmean(statistics.fmean(by_seed[seed].values()) for by_seed in f1.values()) for seed in kept
+    )
 
 
 def _reward_tail(rewards: Mapping[int, Sequence[float]]) -> float | None:
@@ -482,13 +642,20 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     """`experiment_results` as Markdown: what was run, the table, every verdict in words and the missing runs."""
     spec = results["experiment"]
     evaluation, baseline = spec["evaluation"], results["baseline"]
+    names = list(EvalSpec.from_dict(evaluation).benchmarks)
     drawn = f"{evaluation['size']} questions drawn by seed {evaluation['sample_seed']}"
     questions = drawn if evaluation["size"] else "all its questions"
+    average = (
+        f" The arms' EM, F1 and differences are the unweighted average over the {len(names)} benchmarks (each "
+        f"weighted 1/{len(names)}); each benchmark's own follow the table."
+        if len(names) > 1
+        else ""
+    )
     lines = [
         f"# Experiment: {spec['preset']}, seeds {', '.join(map(str, spec['seeds']))}",
         "",
-        f"Evaluation: {evaluation['benchmark']}, {evaluation['split']} split, {questions}; each run's best "
-        "instruction I*, greedy. Baseline arm: " + baseline + ".",
+        f"Evaluation: {', '.join(names)}, {evaluation['split']} split, {questions}; each run's best "
+        f"instruction I*, greedy. Baseline arm: {baseline}.{average}",
         "",
         f"| arm | seeds | mean EM | mean F1 | reward (last {REWARD_TAIL} steps) | − {baseline} "
         f"[{100 * results['level']:g} % interval], EM points | verdict |",
@@ -497,12 +664,27 @@ def results_markdown(results: Mapping[str, Any]) -> str:
     lines += [_markdown_row(row) for row in results["arms"]]
     verdicts = [row["verdict"] for row in results["arms"] if row["verdict"]]
     lines += ["", "Verdicts:", "", *(f"- {verdict}" for verdict in verdicts)] if verdicts else []
+    lines += _benchmarks_markdown(results["arms"], names) if len(names) > 1 else []
     methods = {row["comparison"]["method"] for row in results["arms"] if row["comparison"]}
     lines += ["", f"Interval: {'; '.join(sorted(methods))}."] if methods else []
     missing = [f"{m['arm']} seed {m['seed']}" for m in results["missing"]]
     lines += ["", f"Missing runs (no final evaluation yet): {', '.join(missing)}."] if missing else []
     lines += _costs_markdown(results.get("runs", []))
     return "\n".join(lines + _machines_markdown(results.get("machines", []))) + "\n"
+
+
+def _benchmarks_markdown(rows: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[str]:
+    """Table 1: each arm's mean EM per benchmark and their average, then each benchmark's verdicts."""
+
+    def number(value: float | None) -> str:
+        return "–" if value is None else f"{value:.3f}"
+
+    lines = ["", "| arm | " + " | ".join(names) + " | Avg. |", "|---|" + "---:|" * (len(names) + 1)]
+    for row in rows:
+        cells = [number(entry["mean_em"]) for entry in row["benchmarks"]] + [number(row["mean_em"])]
+        lines.append(f"| {row['arm']} | " + " | ".join(cells) + " |")
+    verdicts = [entry["verdict"] for row in rows for entry in row["benchmarks"] if entry["verdict"]]
+    return lines + (["", "Per benchmark:", "", *(f"- {verdict}" for verdict in verdicts)] if verdicts else [])
 
 
 def _costs_markdown(runs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -558,10 +740,12 @@ def _markdown_row(row: Mapping[str, Any]) -> str:
 __all__ = [
     "BUILTIN_ARMS",
     "EVALUATIONS_DIR",
+    "MAX_BENCHMARKS",
     "EvalSpec",
     "Experiment",
     "RunOutcome",
     "arm_config",
+    "average_scope",
     "experiment_from_dict",
     "experiment_results",
     "read_experiment",

@@ -9,7 +9,7 @@ import numbers
 import random
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +21,7 @@ FloatArray = npt.NDArray[np.float64]
 
 SEEDS_T = "t over per-seed differences + shared-question variance"
 QUESTIONS_T = "t over questions (one seed: no seed variance)"
+AVERAGE_T = "t over per-seed differences of the benchmark average + each benchmark's shared-question variance × (1/B)²"
 MINUS = "\N{MINUS SIGN}"
 
 
@@ -151,27 +152,61 @@ def seed_question_interval(differences: npt.ArrayLike, *, level: float = 0.95) -
     >>> float(iv.mean), round(float(iv.high - iv.mean), 4), round(0.5 * 4.302653 / 3**0.5, 4)
     (0.5, 1.2421, 1.2421)
     """
-    d = np.asarray(differences, dtype=np.float64)
-    if d.ndim < 2 or d.shape[-1] < 2 or d.shape[-2] < 1:
-        raise ValueError(f"need a (…, seeds, questions) matrix with at least 2 questions (got shape {d.shape})")
+    return benchmark_average_interval([differences], level=level)
+
+
+def benchmark_average_interval(differences: Sequence[npt.ArrayLike], *, level: float = 0.95) -> Interval:
+    """Interval of the unweighted mean over B benchmarks of each one's mean difference, vectorised over the leading
+    axes. Each item is one benchmark's (..., seeds, questions) matrix: the same seeds in the same order, questions of
+    its own (any number ≥ 2).
+
+    Every benchmark weighs 1/B, whatever its number of questions (the paper's Table 1 average). The t part is over the
+    per-seed differences of that average, D_s = (1/B)·Σ_b d̄_bs, so a seed that is better on every benchmark counts
+    once, with all its correlation: t²(S−1)·var(D_s)/S. Each benchmark has its own questions, so their shared-question
+    parts add, each weighted (1/B)²: z²·Σ_b (1/B)²·max(0, MS_q,b − MS_e,b)/(S·Q_b) (see `seed_question_interval`,
+    which is this with B = 1). With one seed: t(min_b Q_b − 1)·√(Σ_b (1/B)²·var_b(d_q)/Q_b), questions only.
+
+    Two benchmarks over three seeds: the first with per-seed differences ½, 0, 1 (questions sharing nothing), the
+    second of four questions all tied. The average's per-seed differences are ¼, 0, ½, so the half-width is
+    t(2)·√(var(¼, 0, ½) / 3) = t(2)·√(1/48):
+
+    >>> iv = benchmark_average_interval([[[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]], np.zeros((3, 4))])
+    >>> float(iv.mean), round(float(iv.high - iv.mean), 4), round(4.302653 * (1 / 48) ** 0.5, 4)
+    (0.25, 0.621, 0.621)
+    """
+    matrices = [np.asarray(d, dtype=np.float64) for d in differences]
+    if not matrices:
+        raise ValueError("need at least one benchmark's (…, seeds, questions) matrix")
+    for d in matrices:
+        if d.ndim < 2 or d.shape[-1] < 2 or d.shape[-2] < 1 or d.shape[:-1] != matrices[0].shape[:-1]:
+            shapes = [m.shape for m in matrices]
+            raise ValueError(f"need (…, seeds, questions) matrices with the same seeds, ≥ 2 questions (got {shapes})")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1 (got {level})")
-    seeds, questions = d.shape[-2], d.shape[-1]
-    p = 0.5 + level / 2
-    mean = d.mean(axis=(-2, -1))
+    weight, seeds, p = 1.0 / len(matrices), matrices[0].shape[-2], 0.5 + level / 2
+    seed_means = weight * np.stack([d.mean(axis=-1) for d in matrices]).sum(axis=0)
+    mean = seed_means.mean(axis=-1)
     if seeds == 1:
-        variance = d[..., 0, :].var(axis=-1, ddof=1) / questions
-        half = t_quantile(p, questions - 1) * np.sqrt(variance)
+        variance = weight**2 * np.stack([d[..., 0, :].var(axis=-1, ddof=1) / d.shape[-1] for d in matrices]).sum(axis=0)
+        half = t_quantile(p, min(d.shape[-1] for d in matrices) - 1) * np.sqrt(variance)
         return Interval(mean, mean - half, mean + half, np.zeros_like(mean), variance)
-    seed_means = d.mean(axis=-1)
-    question_means = d.mean(axis=-2)
-    residual = d - seed_means[..., :, None] - question_means[..., None, :] + mean[..., None, None]
-    ms_question = seeds * question_means.var(axis=-1, ddof=1)
-    ms_residual = (residual**2).sum(axis=(-2, -1)) / ((seeds - 1) * (questions - 1))
     seed_part = seed_means.var(axis=-1, ddof=1) / seeds
-    question_part = np.maximum(ms_question - ms_residual, 0.0) / (seeds * questions)
+    question_part = weight**2 * np.stack([_shared_question_part(d) for d in matrices]).sum(axis=0)
     half = np.sqrt(t_quantile(p, seeds - 1) ** 2 * seed_part + normal_quantile(p) ** 2 * question_part)
     return Interval(mean, mean - half, mean + half, seed_part, question_part)
+
+
+def _shared_question_part(d: FloatArray) -> FloatArray:
+    """max(0, MS_q − MS_e)/(S·Q): the variance of the mean from the questions that all S ≥ 2 seeds of `d`
+    (..., seeds, questions) share, from the two-way layout's question and residual mean squares."""
+    seeds, questions = d.shape[-2], d.shape[-1]
+    mean = d.mean(axis=(-2, -1))
+    question_means = d.mean(axis=-2)
+    residual = d - d.mean(axis=-1)[..., :, None] - question_means[..., None, :] + mean[..., None, None]
+    ms_question = seeds * question_means.var(axis=-1, ddof=1)
+    ms_residual = (residual**2).sum(axis=(-2, -1)) / ((seeds - 1) * (questions - 1))
+    result: FloatArray = np.maximum(ms_question - ms_residual, 0.0) / (seeds * questions)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -208,6 +243,10 @@ class Comparison:
     """Variance of the mean from the per-seed differences (0 with one seed)."""
     question_part: float = 0.0
     """Variance of the mean from the questions all seeds share (with one seed, all question variance)."""
+    scope: str = ""
+    """What was compared, when not the one benchmark of the scores: a benchmark's name, or the average's."""
+    benchmark_questions: dict[str, int] = field(default_factory=dict)
+    """For an average over benchmarks: each benchmark's questions (`questions` is their sum)."""
 
     def excludes_zero(self) -> bool:
         return self.low > 0.0 or self.high < 0.0
@@ -217,6 +256,10 @@ class Comparison:
 
         >>> Comparison("inspo", "static", -0.01, -0.051, 0.03, 0.95, 3, 195, {}, SEEDS_T).verdict()
         'inspo − static: −1.0 EM points [−5.1, +3.0] over 3 seeds × 195 questions: no detectable difference'
+        >>> Comparison("inspo", "static", 0.02, 0.01, 0.03, 0.95, 3, 625, {}, AVERAGE_T, scope="Avg. of 2 benchmarks",
+        ...            benchmark_questions={"nq": 125, "hotpotqa": 500}).verdict()
+        'inspo − static on Avg. of 2 benchmarks: +2.0 EM points [+1.0, +3.0] over 3 seeds × (125 + 500) questions: \
+inspo better than static'
         """
         scale, digits = (100.0, 1) if unit.endswith("points") else (1.0, 3)
 
@@ -232,9 +275,13 @@ class Comparison:
             outcome = f"{self.arm} better than {self.baseline}"
         else:
             outcome = "no detectable difference"
+        scope = f" on {self.scope}" if self.scope else ""
+        counts = self.benchmark_questions.values()
+        questions = f"({' + '.join(map(str, counts))})" if len(counts) > 1 else str(self.questions)
         return (
-            f"{self.arm} {MINUS} {self.baseline}: {signed(self.mean)} {unit} [{signed(self.low)}, {signed(self.high)}]"
-            f" over {seeds} × {self.questions} questions{caveat if self.seeds == 1 else ''}: {outcome}"
+            f"{self.arm} {MINUS} {self.baseline}{scope}: {signed(self.mean)} {unit} "
+            f"[{signed(self.low)}, {signed(self.high)}] over {seeds} × {questions} questions"
+            f"{caveat if self.seeds == 1 else ''}: {outcome}"
         )
 
 
@@ -329,6 +376,64 @@ def compare(
     )
 
 
+def compare_average(
+    arm: str,
+    scores: Mapping[str, Scores],
+    baseline: str,
+    baseline_scores: Mapping[str, Scores],
+    *,
+    level: float = 0.95,
+) -> Comparison:
+    """arm − baseline on the unweighted mean over benchmarks (benchmark → seed → question id → score), each benchmark
+    weighted 1/B: paired on the seeds that both arms have on every benchmark and, per benchmark, on the question ids
+    all of those have; `benchmark_average_interval`'s interval, clipped to [−1, 1].
+
+    >>> arm = {"nq": {s: {"a": 1.0, "b": 0.0} for s in range(3)}, "tq": {s: {"c": 1.0, "d": 1.0} for s in range(3)}}
+    >>> base = {name: {s: dict.fromkeys(qs, 0.0) for s, qs in by_seed.items()} for name, by_seed in arm.items()}
+    >>> c = compare_average("inspo", arm, "static", base)
+    >>> round(c.mean, 2), c.questions, c.benchmark_questions
+    (0.75, 4, {'nq': 2, 'tq': 2})
+    """
+    if set(scores) != set(baseline_scores) or not scores:
+        raise ValueError(
+            f"{arm!r} and {baseline!r} need the same benchmarks (got {sorted(scores)} and {sorted(baseline_scores)})"
+        )
+    names = list(scores)
+    for name in names:
+        _checked(f"{arm} on {name}", scores[name])
+        _checked(f"{baseline} on {name}", baseline_scores[name])
+    seeds = sorted(set.intersection(*(set(scores[b]) & set(baseline_scores[b]) for b in names)))
+    if not seeds:
+        raise ValueError(f"{arm!r} and {baseline!r} share no seed that has every benchmark ({', '.join(names)})")
+    matrices, counts = [], {}
+    for name in names:
+        _, questions, d = _paired_matrix(
+            f"{arm} on {name}",
+            {s: scores[name][s] for s in seeds},
+            f"{baseline} on {name}",
+            {s: baseline_scores[name][s] for s in seeds},
+        )
+        matrices.append(d)
+        counts[name] = len(questions)
+    interval = benchmark_average_interval(matrices, level=level)
+    per_seed = np.stack([d.mean(axis=1) for d in matrices]).mean(axis=0)
+    return Comparison(
+        arm=arm,
+        baseline=baseline,
+        mean=float(interval.mean),
+        low=max(float(interval.low), -1.0),
+        high=min(float(interval.high), 1.0),
+        level=level,
+        seeds=len(seeds),
+        questions=sum(counts.values()),
+        per_seed={s: float(v) for s, v in zip(seeds, per_seed, strict=True)},
+        method=AVERAGE_T if len(seeds) > 1 else QUESTIONS_T,
+        seed_part=float(interval.seed_part),
+        question_part=float(interval.question_part),
+        benchmark_questions=counts,
+    )
+
+
 def seeds_needed(comparison: Comparison, difference: float, *, power: float = 0.8, level: float = 0.95) -> int | None:
     """Rough count of seeds (same questions) whose interval would exclude 0 with probability `power` when the true
     difference is `difference`, at the per-seed and shared-question variance `comparison` observed.
@@ -403,15 +508,50 @@ class SimulatedExperiments:
         base = w @ _sigmoid(self.difficulty_mean + self.difficulty_sd * x)
         return float(arm - base)
 
-    def draw(self, rng: np.random.Generator, experiments: int, seeds: int) -> FloatArray:
-        """arm − baseline EM, shaped (experiments, seeds, questions), each value in {−1, 0, 1}."""
+    def draw(
+        self, rng: np.random.Generator, experiments: int, seeds: int, seed_noise: FloatArray | None = None
+    ) -> FloatArray:
+        """arm − baseline EM, shaped (experiments, seeds, questions), each value in {−1, 0, 1}. `seed_noise`
+        (experiments, seeds, 1), standard normal, gives the seed effects (× seed_sd) instead of drawing them."""
         shape = (experiments, seeds, self.questions)
         difficulty = rng.normal(self.difficulty_mean, self.difficulty_sd, (experiments, 1, self.questions))
         own = rng.normal(0.0, self.question_effect_sd, (experiments, 1, self.questions))
-        seed_effect = rng.normal(0.0, self.seed_sd, (experiments, seeds, 1))
+        if seed_noise is None:
+            seed_effect = rng.normal(0.0, self.seed_sd, (experiments, seeds, 1))
+        else:
+            seed_effect = self.seed_sd * seed_noise
         arm = rng.random(shape) < _sigmoid(difficulty + self.effect + own + seed_effect)
         base = rng.random(shape) < _sigmoid(difficulty)
         return arm.astype(np.float64) - base.astype(np.float64)
+
+
+@dataclass(frozen=True)
+class SimulatedBenchmarks:
+    """An arm against a baseline on several benchmarks, each a `SimulatedExperiments` with its own questions, and
+    one trained model per seed answering them all: a seed's effect on each benchmark is its seed_sd times a standard
+    normal with correlation `seed_correlation` across benchmarks (a seed good on one tends to be good on the others).
+    The estimand is the unweighted mean over benchmarks of each one's true difference."""
+
+    benchmarks: tuple[SimulatedExperiments, ...]
+    seed_correlation: float = 0.5
+
+    def true_difference(self) -> float:
+        """The mean over benchmarks of each one's E[arm EM − baseline EM]."""
+        return statistics.fmean(b.true_difference() for b in self.benchmarks)
+
+    def draw(self, rng: np.random.Generator, experiments: int, seeds: int) -> list[FloatArray]:
+        """Each benchmark's arm − baseline EM, shaped (experiments, seeds, its questions), on the same seeds."""
+        rho = self.seed_correlation
+        shared = rng.standard_normal((experiments, seeds, 1))
+        return [
+            b.draw(
+                rng,
+                experiments,
+                seeds,
+                math.sqrt(rho) * shared + math.sqrt(1 - rho) * rng.standard_normal(shared.shape),
+            )
+            for b in self.benchmarks
+        ]
 
 
 def _sigmoid(x: FloatArray) -> FloatArray:

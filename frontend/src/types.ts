@@ -197,8 +197,13 @@ export interface CompareRun {
 
 export interface BenchmarkRow {
   run_id: string;
+  /** Per benchmark the newest evaluation's value, from its per-question results when it kept them. */
   values: Record<string, number>;
+  /** Avg.: the unweighted mean over the table's columns; null unless the run has a value in every column. */
   average: number | null;
+  /** Per benchmark, the step and the number of questions of its value. */
+  steps: Record<string, number>;
+  n: Record<string, number>;
 }
 
 export interface BenchmarkTable {
@@ -414,6 +419,8 @@ export interface VerdictComparison {
   level: number;
   seeds: number;
   questions: number;
+  /** For the average over several benchmarks: each one's questions (each benchmark weighs 1/B). */
+  benchmark_questions: Record<string, number>;
   per_seed: Record<string, number>;
   method: string;
   excludes_zero: boolean;
@@ -429,6 +436,19 @@ export interface RewardCurve {
   seeds: number[];
 }
 
+/** One benchmark of an arm, over the seeds that finished it, with its own verdict. */
+export interface BenchmarkResult {
+  benchmark: string;
+  seeds: number[];
+  mean_em: number | null;
+  mean_f1: number | null;
+  per_seed_em: Record<string, number>;
+  questions: number;
+  comparison: VerdictComparison | null;
+  verdict: string | null;
+}
+
+/** An arm: with several benchmarks its numbers are those of their unweighted average (each one's in `benchmarks`). */
 export interface ArmResult {
   arm: string;
   overrides: Record<string, unknown>;
@@ -441,6 +461,7 @@ export interface ArmResult {
   reward_curve: RewardCurve;
   comparison: VerdictComparison | null;
   verdict: string | null;
+  benchmarks: BenchmarkResult[];
 }
 
 export interface MissingRun {
@@ -451,6 +472,7 @@ export interface MissingRun {
 export interface ExperimentResults {
   baseline: string;
   level: number;
+  benchmarks: string[];
   arms: ArmResult[];
   missing: MissingRun[];
   complete: boolean;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { benchmarkTable, formatDelta } from "../src/transforms/benchmarks";
+import { benchmarkTable, columnLabel, formatDelta } from "../src/transforms/benchmarks";
 import type { Comparison } from "../src/types";
 
 const run = (id: string, name: string) => ({
@@ -20,8 +20,14 @@ const comparison: Comparison = {
     metric: "em",
     columns: ["hotpotqa", "nq"],
     rows: [
-      { run_id: "r1", values: { hotpotqa: 0.309, nq: 0.438 }, average: 0.3735 },
-      { run_id: "r2", values: { hotpotqa: 0.377 }, average: 0.377 },
+      {
+        run_id: "r1",
+        values: { hotpotqa: 0.309, nq: 0.438 },
+        average: 0.3735,
+        steps: { hotpotqa: 40, nq: 40 },
+        n: { hotpotqa: 500, nq: 125 },
+      },
+      { run_id: "r2", values: { hotpotqa: 0.377 }, average: 0.377, steps: { hotpotqa: 20 }, n: { hotpotqa: 1 } },
     ],
     best: { hotpotqa: ["r2"], nq: ["r1"], average: ["r2"] },
   },
@@ -52,8 +58,8 @@ describe("benchmarkTable", () => {
       benchmarks: {
         ...comparison.benchmarks,
         rows: [
-          { run_id: "r1", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15 },
-          { run_id: "r2", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15 },
+          { run_id: "r1", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15, steps: {}, n: {} },
+          { run_id: "r2", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15, steps: {}, n: {} },
         ],
         best: {},
       },
@@ -71,6 +77,19 @@ describe("benchmarkTable", () => {
     expect(inspo.map((c) => c.value)).toEqual([0.377, null, 0.377]);
     expect(inspo.map((c) => c.delta)).toEqual([0.068, null, 0.0035]);
     expect(table.rows[0].cells.every((c) => c.delta === null)).toBe(true);
+  });
+
+  it("says where each benchmark's value comes from, and nothing for the average or an empty cell", () => {
+    expect(table.rows[0].cells.map((c) => c.source)).toEqual([
+      "step 40, 500 questions",
+      "step 40, 125 questions",
+      null,
+    ]);
+    expect(table.rows[1].cells.map((c) => c.source)).toEqual(["step 20, 1 question", null, null]);
+  });
+
+  it("heads the average column Avg., as the paper's Table 1 does", () => {
+    expect(table.columns.map(columnLabel)).toEqual(["hotpotqa", "nq", "Avg."]);
   });
 
   it("has no rows or benchmark columns when nothing was evaluated", () => {

@@ -15,6 +15,7 @@ function arm(name: string, mean: number | null, comparison: ArmResult["compariso
     reward_curve: { steps: [1, 2], mean: [0.2, 0.3], low: [0.1, 0.2], high: [0.3, 0.5], seeds: [2, 2] },
     comparison,
     verdict: null,
+    benchmarks: [],
   };
 }
 
@@ -27,6 +28,7 @@ describe("experiment transforms", () => {
       level: 0.95,
       seeds: 2,
       questions: 8,
+      benchmark_questions: {},
       per_seed: {},
       method: "t",
       excludes_zero: false,
@@ -35,6 +37,7 @@ describe("experiment transforms", () => {
     const results: ExperimentResults = {
       baseline: "static",
       level: 0.95,
+      benchmarks: ["builtin"],
       arms: [arm("static", 0.3), arm("inspo", 0.4, comparison), arm("random-pool", null)],
       missing: [],
       complete: true,

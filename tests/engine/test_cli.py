@@ -26,6 +26,7 @@ def cli(*args, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_config_show_prints_the_preset_with_overrides_applied():
     done = cli(
         "config", "show", "--preset", "smoke", "--set", "temperature=0.05", "--set", "evolution.proposer=history"
@@ -37,6 +38,7 @@ def test_config_show_prints_the_preset_with_overrides_applied():
     assert config["grpo"]["total_steps"] == 4
 
 
+@pytest.mark.slow
 def test_a_bad_config_exits_2_naming_each_field():
     done = cli("config", "show", "--set", "group_size=1", "--set", "n_parents=9")
     assert done.returncode == 2
@@ -44,6 +46,7 @@ def test_a_bad_config_exits_2_naming_each_field():
     assert "population.n_parents: must be ≤ population_size (7)" in done.stderr
 
 
+@pytest.mark.slow
 def test_training_with_a_missing_dataset_exits_2_with_a_message(tmp_path):
     done = cli("train", "--preset", "smoke", "--set", "env.dataset=/nowhere/train.jsonl", "--out", str(tmp_path))
     assert done.returncode == 2
@@ -51,6 +54,7 @@ def test_training_with_a_missing_dataset_exits_2_with_a_message(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_resume_without_a_checkpoint_is_refused(tmp_path):
     done = cli("train", "--preset", "smoke", "--resume", "--out", str(tmp_path))
     assert done.returncode == 2
@@ -132,16 +136,19 @@ def test_eval_record_appends_each_benchmarks_em_and_f1_to_the_runs_events(smoke_
         assert event.instruction_id == best.id
 
 
+@pytest.mark.slow
 def test_eval_record_needs_a_checkpoint_and_its_own_best_instruction(tmp_path):
     done = cli("eval", "--untrained", "--preset", "smoke", "--dataset", "builtin", "--record")
     assert done.returncode == 2 and "--record needs --checkpoint" in done.stderr
 
 
+@pytest.mark.slow
 def test_eval_needs_a_checkpoint_or_untrained():
     done = cli("eval", "--dataset", "builtin")
     assert done.returncode == 2 and "--checkpoint" in done.stderr
 
 
+@pytest.mark.slow
 def test_plot_refuses_a_directory_without_events(tmp_path):
     done = cli("plot", str(tmp_path))
     assert done.returncode == 2 and "no events.jsonl" in done.stderr
@@ -168,6 +175,7 @@ def test_ctrl_c_saves_a_checkpoint_and_exits_cleanly(tmp_path):
 # -- experiment -------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_invalid_experiment_exits_2_naming_the_field(tmp_path):
     done = cli(
         "experiment", "--preset", "smoke", "--arms", "static", "--arm", "hot:temperature=0", "--out", str(tmp_path)
@@ -182,6 +190,7 @@ def test_an_invalid_experiment_exits_2_naming_the_field(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing was started
 
 
+@pytest.mark.slow
 def test_an_experiment_refuses_a_run_directory_of_another_config(tmp_path):
     (tmp_path / "static-s0").mkdir()
     (tmp_path / "static-s0" / "config.json").write_text(json.dumps({"seed": 0}))
@@ -239,6 +248,7 @@ def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_
     assert [e.resumed_from_step for e in started] == [0, 1]  # from its checkpoint of step 1, not from scratch
 
 
+@pytest.mark.slow
 def test_failed_runs_leave_the_results_written_with_the_missing_runs_named_and_exit_1(tmp_path):
     broken = ["--set", "env.dataset=/nowhere/train.jsonl"]
     done = cli(*EXPERIMENT, *broken, "--seeds", "1", "--out", str(tmp_path), timeout=600)
@@ -263,3 +273,12 @@ def test_a_custom_arms_values_may_hold_commas_and_a_repeated_arm_adds_to_it():
     arms = experiment_of(args).arms
     assert arms["two"] == {"population.initial_instructions": [text], "lr": 2e-5, "temperature": 0.5}
     assert arms["static"] == {"mode": "static"}
+
+
+def test_a_repeated_eval_benchmark_evaluates_every_run_on_each_and_none_means_builtin():
+    from inspo_engine.cli import build_parser, experiment_of
+
+    command = ["experiment", "--preset", "smoke", "--arms", "static", "--out", "unused"]
+    args = build_parser().parse_args([*command, "--eval-benchmark", "builtin", "--eval-benchmark", "nq.jsonl"])
+    assert experiment_of(args).evaluation.benchmarks == ("builtin", "nq.jsonl")
+    assert experiment_of(build_parser().parse_args(command)).evaluation.benchmarks == ("builtin",)

@@ -63,6 +63,14 @@ def test_a_valid_experiment_takes_built_in_arms_by_name_and_a_seed_count():
         ({"evaluation": {"size": "all"}}, "evaluation.size"),
         ({"evaluation": {"sample_seed": -1}}, "evaluation.sample_seed"),
         ({"evaluation": {"benchmark": "${oops}"}}, "evaluation.benchmark"),
+        ({"evaluation": {"benchmark": 3}}, "evaluation.benchmark"),
+        ({"evaluation": {"benchmarks": ["builtin", "${oops}"]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": "builtin"}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": []}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": ["nq.jsonl", "nq.jsonl"]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": ["builtin", 3]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": [f"b{i}.jsonl" for i in range(17)]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmark": "builtin", "benchmarks": ["builtin"]}}, "evaluation.benchmarks"),
         ({"evaluation": {"questions": 3}}, "evaluation.questions"),
         ({"overrides": {"grpo.group_size": 1}}, "overrides.grpo.group_size"),
         ({"overrides": {"seed": 4}}, "overrides.seed"),
@@ -88,6 +96,23 @@ def test_a_built_in_arms_own_overrides_apply_on_top_of_it():
     assert experiment.arms["inspo"] == {"mode": "online", "temperature": 1.0}
 
 
+def test_an_experiment_takes_several_benchmarks_and_every_run_is_evaluated_on_all_of_them():
+    experiment = experiment_from_dict(
+        {"preset": "smoke", "seeds": 2, "evaluation": {"benchmarks": ["builtin", "nq.jsonl"], "size": 5}}
+    )
+    assert experiment.evaluation == EvalSpec(benchmarks=("builtin", "nq.jsonl"), size=5)
+    assert {arm_config(experiment, arm, seed).eval.benchmarks[1] for arm, seed in experiment.runs()} == {"nq.jsonl"}
+    assert experiment.to_dict()["evaluation"]["benchmarks"] == ["builtin", "nq.jsonl"]
+    assert experiment_from_dict(experiment.to_dict()) == experiment
+
+
+def test_an_evaluation_stored_with_one_benchmark_loads_as_before():
+    stored = {"benchmark": "nq.jsonl", "split": "test", "size": 8, "sample_seed": 0}
+    assert EvalSpec.from_dict(stored) == EvalSpec(benchmarks=("nq.jsonl",), size=8)
+    assert experiment_from_dict({"preset": "smoke", "evaluation": stored}).evaluation.benchmarks == ("nq.jsonl",)
+    assert EvalSpec.from_dict({"split": "dev"}) == EvalSpec(split="dev")
+
+
 # -- arm configs ----------------------------------------------------------------------------------------------------
 
 
@@ -97,7 +122,7 @@ def test_an_arms_config_is_the_preset_then_the_overrides_then_the_arm_then_the_s
         overrides={"lr": 3e-5, "population_size": 4},
         arms={"static": {"mode": "static"}, "fast": {"lr": 9e-5}},
         seeds=[0, 7],
-        evaluation=EvalSpec(benchmark="builtin", split="dev", size=12, sample_seed=5),
+        evaluation=EvalSpec(benchmarks=("builtin",), split="dev", size=12, sample_seed=5),
     )
     base = preset("smoke")
     fast = arm_config(experiment, "fast", 7)
@@ -144,9 +169,9 @@ def test_an_unknown_arm_is_refused():
 # -- results --------------------------------------------------------------------------------------------------------
 
 
-def scores(rates: dict[int, float], n: int = 40) -> dict[int, dict[str, float]]:
-    """Per seed, the first round(rate × n) of n questions right."""
-    return {seed: {f"q{i}": float(i < round(rate * n)) for i in range(n)} for seed, rate in rates.items()}
+def scores(rates: dict[int, float], n: int = 40, benchmark: str = "builtin") -> dict[str, dict[int, dict[str, float]]]:
+    """On one benchmark, per seed, the first round(rate × n) of n questions right."""
+    return {benchmark: {seed: {f"q{i}": float(i < round(rate * n)) for i in range(n)} for seed, rate in rates.items()}}
 
 
 def three_seed_experiment() -> Experiment:
@@ -194,6 +219,7 @@ def test_the_markdown_table_has_a_row_per_arm_the_verdicts_and_the_missing_runs(
     assert "Missing runs (no final evaluation yet): random-pool seed 0, random-pool seed 1, random-pool seed 2." in text
 
 
+@pytest.mark.slow
 def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(tmp_path):
     experiment = experiment_from_dict(
         {"preset": "smoke", "arms": ["static", "random-pool"], "seeds": 2, "evaluation": {"size": 8}}
@@ -286,6 +312,77 @@ def test_runs_that_computed_on_different_machines_are_listed_and_the_table_warns
     assert "- cpu AMD EPYC, cpu_flags avx512_bf16: static-s0, static-s1" in text
     assert "- cpu Intel Xeon, cpu_flags amx_bf16: inspo-s0" in text and "- not recorded: inspo-s1" in text
     assert json.loads(json.dumps(results)) == results  # results.json holds it as it is
+
+
+def two_benchmark_experiment() -> Experiment:
+    return experiment_from_dict(
+        {"preset": "smoke", "arms": ["static", "inspo"], "seeds": 3, "evaluation": {"benchmarks": ["nq", "hotpotqa"]}}
+    )
+
+
+def two_benchmark_results():
+    """inspo 20 points ahead on nq (40 questions), level on hotpotqa (200), and seed 2's hotpotqa missing."""
+    static = scores({0: 0.2, 1: 0.3, 2: 0.25}, benchmark="nq") | scores({0: 0.5, 1: 0.5, 2: 0.5}, 200, "hotpotqa")
+    inspo = scores({0: 0.4, 1: 0.5, 2: 0.45}, benchmark="nq") | scores({0: 0.5, 1: 0.5}, 200, "hotpotqa")
+    return experiment_results(two_benchmark_experiment(), {"static": static, "inspo": inspo}, {})
+
+
+def test_several_benchmarks_give_a_verdict_each_and_one_over_their_unweighted_average():
+    results = two_benchmark_results()
+    assert results["benchmarks"] == ["nq", "hotpotqa"]
+    assert results["missing"] == [{"arm": "inspo", "seed": 2}]
+    rows = {row["arm"]: row for row in results["arms"]}
+    inspo = rows["inspo"]
+    per = {entry["benchmark"]: entry for entry in inspo["benchmarks"]}
+    assert per["nq"]["seeds"] == [0, 1, 2] and per["nq"]["comparison"]["seeds"] == 3
+    assert per["nq"]["comparison"]["mean"] == pytest.approx(0.2)
+    assert per["nq"]["verdict"].startswith("inspo − static on nq: +20.0 EM points")
+    assert per["hotpotqa"]["seeds"] == [0, 1] and per["hotpotqa"]["comparison"]["mean"] == pytest.approx(0.0)
+    average = inspo["comparison"]  # on seeds 0 and 1, which finished both benchmarks
+    assert average["seeds"] == 2 and average["mean"] == pytest.approx((0.2 + 0.0) / 2)  # weighted by questions: 1/30
+    assert average["benchmark_questions"] == {"nq": 40, "hotpotqa": 200} and average["questions"] == 240
+    assert inspo["verdict"].startswith("inspo − static on Avg. of 2 benchmarks (each weighted 1/2): +10.0 EM points")
+    assert "over 2 seeds × (40 + 200) questions" in inspo["verdict"]
+    assert inspo["seeds"] == [0, 1] and inspo["mean_em"] == pytest.approx(((0.4 + 0.5) / 2 + (0.5 + 0.5) / 2) / 2)
+    assert rows["static"]["verdict"] is None and all(e["verdict"] is None for e in rows["static"]["benchmarks"])
+    assert rows["static"]["mean_em"] == pytest.approx(((0.2 + 0.3 + 0.25) / 3 + 0.5) / 2)
+    json.dumps(results)
+
+
+def test_one_benchmark_keeps_its_verdict_as_before_and_lists_itself_as_the_only_benchmark():
+    results = experiment_results(
+        three_seed_experiment(), {"static": scores({0: 0.2, 1: 0.3}), "inspo": scores({0: 0.4, 1: 0.3})}, {}
+    )
+    inspo = next(row for row in results["arms"] if row["arm"] == "inspo")
+    assert inspo["verdict"].startswith("inspo − static: +10.0 EM points")
+    [entry] = inspo["benchmarks"]
+    assert entry["benchmark"] == "builtin" and entry["verdict"].startswith("inspo − static on builtin: +10.0")
+    assert entry["comparison"] == {**inspo["comparison"]}
+
+
+def test_the_markdown_of_several_benchmarks_has_table_1_and_each_benchmarks_verdicts():
+    text = results_markdown(two_benchmark_results())
+    assert "Evaluation: nq, hotpotqa, test split" in text and "unweighted average over the 2 benchmarks" in text
+    assert "| arm | nq | hotpotqa | Avg. |" in text
+    assert "| inspo | 0.450 | 0.500 | 0.475 |" in text
+    assert "- inspo − static on nq: +20.0 EM points" in text and "- inspo − static on hotpotqa: +0.0" in text
+
+
+def test_a_run_with_several_benchmarks_finished_once_every_benchmarks_answers_are_there(tmp_path):
+    from inspo_engine.coevolution import evaluation_file, write_answers
+
+    sink = JsonlSink(tmp_path / "events.jsonl")
+    sink.emit(RunStarted(config={}, time=1.0))
+    sink.emit(
+        RunFinished(step=0, status="finished", best_instruction_id="i0", best_instruction="x", overhead=Overhead())
+    )
+    sink.close()
+    write_answers(evaluation_file(tmp_path, 0, "nq"), [{"question_id": "a", "em": 1.0, "f1": 1.0, "answer": "x"}])
+    assert not read_run(tmp_path, ["nq", "hotpotqa"]).finished
+    write_answers(evaluation_file(tmp_path, 0, "hotpotqa"), [{"question_id": "b", "em": 0.0, "f1": 0.5}])
+    outcome = read_run(tmp_path, ["nq", "hotpotqa"])
+    assert outcome.finished and outcome.em == {"nq": {"a": 1.0}, "hotpotqa": {"b": 0.0}}
+    assert outcome.f1["hotpotqa"] == {"b": 0.5} and read_run(tmp_path, "nq").em == {"nq": {"a": 1.0}}
 
 
 def _rules(config, cache_dir):

@@ -10,12 +10,16 @@ import numpy as np
 import pytest
 
 from inspo_engine.stats import (
+    AVERAGE_T,
     QUESTIONS_T,
     SEEDS_T,
     Comparison,
+    SimulatedBenchmarks,
     SimulatedExperiments,
     arm_summary,
+    benchmark_average_interval,
     compare,
+    compare_average,
     paired_bootstrap,
     pooled_bootstrap_intervals,
     seed_question_interval,
@@ -93,6 +97,74 @@ def test_a_wider_level_gives_a_wider_interval() -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The average over benchmarks
+
+
+def test_the_average_of_one_benchmark_is_that_benchmarks_interval() -> None:
+    d = SimulatedExperiments(seed_sd=LARGE_SEED_SD, questions=50).draw(np.random.default_rng(1), 20, 3)
+    one, average = seed_question_interval(d), benchmark_average_interval([d])
+    for field in ("mean", "low", "high", "seed_part", "question_part"):
+        assert np.allclose(getattr(one, field), getattr(average, field)), field
+
+
+def test_the_average_weighs_each_benchmark_equally_whatever_its_questions_by_hand() -> None:
+    small = np.array([[1.0, 1.0], [1.0, 0.0], [0.0, 1.0]])  # per-seed 1, ½, ½: mean ⅔
+    large = np.array([[0.0] * 8, [0.0] * 7 + [1.0], [1.0] + [0.0] * 7])  # per-seed 0, ⅛, ⅛: mean 1/12
+    iv = benchmark_average_interval([small, large])
+    assert float(iv.mean) == pytest.approx((2 / 3 + 1 / 12) / 2)  # not the question-weighted (4 + 2) / 30
+    per_seed = (small.mean(axis=1) + large.mean(axis=1)) / 2  # ½, 5/16, 5/16
+    assert float(iv.seed_part) == pytest.approx(np.var(per_seed, ddof=1) / 3)
+    parts = [float(seed_question_interval(d).question_part) for d in (small, large)]
+    assert float(iv.question_part) == pytest.approx((parts[0] + parts[1]) / 4)  # Σ (1/B)² × each one's
+    half = math.sqrt(4.302653**2 * float(iv.seed_part) + Z975**2 * float(iv.question_part))
+    assert float(iv.high - iv.mean) == pytest.approx(half, rel=1e-6)
+
+
+def test_with_one_seed_the_average_counts_each_benchmarks_questions_with_the_smallest_ones_t() -> None:
+    iv = benchmark_average_interval([[[1.0, 0.0, -1.0]], [[1.0, 1.0, 0.0, 0.0, 0.0]]])
+    variance = (1 / 3 + 0.3 / 5) / 4  # sample variances 1 and 0.3 over 3 and 5 questions, each weighted ¼
+    assert float(iv.question_part) == pytest.approx(variance) and float(iv.seed_part) == 0.0
+    assert float(iv.high - iv.mean) == pytest.approx(4.302653 * math.sqrt(variance), rel=1e-6)  # t(3 − 1)
+
+
+def test_the_average_refuses_benchmarks_on_other_seeds_or_with_one_question() -> None:
+    with pytest.raises(ValueError, match="same seeds"):
+        benchmark_average_interval([np.zeros((3, 4)), np.zeros((2, 4))])
+    with pytest.raises(ValueError, match="2 questions"):
+        benchmark_average_interval([np.zeros((3, 4)), np.zeros((3, 1))])
+    with pytest.raises(ValueError, match="at least one"):
+        benchmark_average_interval([])
+
+
+def test_compare_average_pairs_on_the_seeds_that_have_every_benchmark_in_both_arms() -> None:
+    arm = {
+        "nq": {0: {"a": 1.0, "b": 0.0}, 1: {"a": 1.0, "b": 1.0}, 2: {"a": 1.0, "b": 1.0}},
+        "tq": {0: {"c": 1.0, "d": 1.0, "e": 0.0, "f": 0.0}, 1: {"c": 0.0, "d": 0.0, "e": 0.0, "f": 0.0}},
+    }
+    base = {name: {s: dict.fromkeys(qs, 0.0) for s, qs in by_seed.items()} for name, by_seed in arm.items()}
+    c = compare_average("inspo", arm, "static", base)  # seed 2 has nq only: left out
+    assert c.per_seed == {0: pytest.approx((0.5 + 0.5) / 2), 1: pytest.approx((1.0 + 0.0) / 2)}
+    assert (c.mean, c.seeds, c.questions, c.benchmark_questions) == (0.5, 2, 6, {"nq": 2, "tq": 4})
+    assert c.method == AVERAGE_T
+    on_one_seed = compare_average("inspo", arm, "static", {b: {0: base[b][0]} for b in base})
+    assert (on_one_seed.seeds, on_one_seed.method) == (1, QUESTIONS_T)
+
+
+@pytest.mark.parametrize(
+    ("arm", "base", "message"),
+    [
+        ({"nq": {0: {"a": 1.0, "b": 0.0}}}, {"tq": {0: {"a": 0.0, "b": 0.0}}}, "same benchmarks"),
+        ({"nq": {0: {"a": 1.0, "b": 0.0}}, "tq": {1: {"a": 1.0, "b": 0.0}}}, None, "no seed that has every"),
+        ({"nq": {0: {"a": 2.0, "b": 0.0}}}, None, "'inspo on nq', seed 0, question 'a': score 2.0"),
+    ],
+)
+def test_compare_average_says_what_is_wrong(arm: dict, base: dict | None, message: str) -> None:
+    zeros = {b: {s: dict.fromkeys(qs, 0.0) for s, qs in by_seed.items()} for b, by_seed in arm.items()}
+    with pytest.raises(ValueError, match=message):
+        compare_average("inspo", arm, "static", base if base is not None else zeros)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Pairing, summaries and verdicts
 
 
@@ -126,6 +198,19 @@ def test_the_verdict_says_which_arm_is_better_only_when_the_interval_excludes_ze
     c = Comparison("inspo", "static", (low + high) / 2, low, high, 0.95, 3, 195, {}, SEEDS_T)
     assert c.verdict().endswith(f"over 3 seeds × 195 questions: {outcome}")
     assert c.excludes_zero() == (outcome != "no detectable difference")
+
+
+def test_a_verdict_on_a_benchmark_or_the_average_names_it_and_each_benchmarks_questions() -> None:
+    one = Comparison("inspo", "static", 0.02, 0.01, 0.03, 0.95, 3, 125, {}, SEEDS_T, scope="nq")
+    assert one.verdict().startswith("inspo − static on nq: +2.0 EM points [+1.0, +3.0] over 3 seeds × 125 questions")
+    average = Comparison(
+        "inspo", "static", 0.0, -0.01, 0.01, 0.95, 3, 625, {}, AVERAGE_T, scope="Avg. of 2 benchmarks",
+        benchmark_questions={"nq": 125, "hotpotqa": 500},
+    )  # fmt: skip
+    assert average.verdict() == (
+        "inspo − static on Avg. of 2 benchmarks: +0.0 EM points [−1.0, +1.0] over 3 seeds × (125 + 500) questions: "
+        "no detectable difference"
+    )
 
 
 def test_the_verdict_signs_numbers_with_the_minus_sign_and_one_decimal() -> None:
@@ -232,6 +317,62 @@ def test_the_95_percent_interval_covers_the_true_difference_93_to_97_percent_of_
     truth = model.true_difference()
     coverage = float(np.mean((iv.low <= truth) & (truth <= iv.high)))
     assert 0.93 <= coverage <= 0.97, coverage
+
+
+BENCHMARKS = ((125, -2.0, 0.1), (500, -1.0, 0.3), (250, -0.5, -0.1))
+"""Benchmarks of unequal sizes (questions, difficulty mean, the arm's effect), as bench/coverage.py draws them:
+true differences about +1.8, +5.2 and −1.5 EM points, so weighting by questions would move the mean."""
+
+
+def several(count: int, seed_sd: float, correlation: float) -> SimulatedBenchmarks:
+    """The first `count` of BENCHMARKS, seed effects correlated across them by `correlation`."""
+    specs = BENCHMARKS[:count]
+    return SimulatedBenchmarks(
+        tuple(SimulatedExperiments(seed_sd=seed_sd, questions=q, difficulty_mean=m, effect=e) for q, m, e in specs),
+        seed_correlation=correlation,
+    )
+
+
+def test_simulated_benchmarks_draw_each_benchmarks_questions_and_average_their_true_differences() -> None:
+    model = several(2, LARGE_SEED_SD, 1.0)
+    draws = model.draw(np.random.default_rng(6), 2000, 3)
+    assert [d.shape for d in draws] == [(2000, 3, 125), (2000, 3, 500)]
+    truths = [b.true_difference() for b in model.benchmarks]
+    assert model.true_difference() == pytest.approx(sum(truths) / 2)
+    for d, truth in zip(draws, truths, strict=True):
+        assert abs(d.mean() - truth) < 4 * d.mean(axis=(1, 2)).std() / math.sqrt(2000)
+    seed_means = [d.mean(axis=2) for d in draws]  # correlation 1: one seed effect shared by both benchmarks
+    assert np.corrcoef(seed_means[0].ravel(), seed_means[1].ravel())[0, 1] > 0.5
+
+
+@pytest.mark.parametrize(
+    ("count", "seeds", "seed_sd", "correlation"),
+    [
+        (2, 3, SMALL_SEED_SD, 1.0),
+        (2, 3, LARGE_SEED_SD, 1.0),
+        (2, 10, SMALL_SEED_SD, 0.5),
+        (2, 10, LARGE_SEED_SD, 1.0),
+        (3, 3, LARGE_SEED_SD, 0.5),
+        (3, 5, 0.2, 0.0),
+    ],
+)
+def test_the_averages_95_percent_interval_covers_the_unweighted_mean_of_the_true_differences(
+    count: int, seeds: int, seed_sd: float, correlation: float
+) -> None:
+    model = several(count, seed_sd, correlation)
+    draws = model.draw(np.random.default_rng([count, seeds, int(100 * seed_sd), int(10 * correlation)]), 1000, seeds)
+    iv = benchmark_average_interval(draws)
+    truth = model.true_difference()
+    coverage = float(np.mean((iv.low <= truth) & (truth <= iv.high)))
+    assert 0.93 <= coverage <= 0.97, coverage
+
+
+def test_pooling_every_benchmarks_questions_as_one_misses_the_average_when_the_questions_dominate() -> None:
+    model = several(2, SMALL_SEED_SD, 1.0)
+    draws = model.draw(np.random.default_rng(11), 1000, 10)
+    pooled = seed_question_interval(np.concatenate(draws, axis=-1))  # the 500-question benchmark weighs 4/5
+    truth = model.true_difference()
+    assert float(np.mean((pooled.low <= truth) & (truth <= pooled.high))) < 0.85
 
 
 @pytest.mark.parametrize("seeds", [3, 10])

@@ -56,6 +56,7 @@ COMPONENT = {
     "SeedsNeeded": "SeedsNeededOutput",
     "VerdictComparison": "VerdictComparisonOutput",
     "RewardCurve": "RewardCurveOutput",
+    "BenchmarkResult": "BenchmarkResultOutput",
     "ArmResult": "ArmResultOutput",
     "MissingRun": "MissingRunOutput",
     "ExperimentResults": "ExperimentResultsOutput",

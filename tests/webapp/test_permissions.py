@@ -54,6 +54,7 @@ API_READS = [
     "api:run-population",
     "api:run-lineage",
     "api:run-evaluations",
+    "api:run-table",
     "api:run-trajectories",
     "api:run-checkpoints",
     "api:run-checkpoint-archive",

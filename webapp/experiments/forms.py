@@ -1,14 +1,15 @@
-"""The New experiment form: a preset, a checkbox per built-in arm, a seed count and shared overrides (JSON); the
-engine validates the rest, and its errors land on the field they name. It also knows the rough cost per run of each
-preset that the form shows before anything is sent."""
+"""The New experiment form: a preset, a checkbox per built-in arm, a seed count, the benchmarks and shared overrides
+(JSON); the engine validates the rest, and its errors land on the field they name. It also knows the rough cost per
+run of each preset that the form shows before anything is sent."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import forms
 
-from inspo_engine.experiments import BUILTIN_ARMS
+from inspo_engine.experiments import BUILTIN_ARMS, MAX_BENCHMARKS
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.runs.configs import PRESET_NAMES
@@ -23,6 +24,12 @@ minutes alone on two cores with AMX (docs/precision.md), but a CPU without them 
 keeps the float32 figure; the paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
 MAX_FORM_SEEDS = 10
 ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
+ERROR_FIELDS = {
+    "evaluation.benchmarks": "benchmarks",
+    "evaluation.benchmark": "benchmarks",
+    "evaluation.size": "questions",
+}
+"""The form field that shows an error of the experiment's field."""
 
 
 def cost_text(preset: str, runs: int) -> str:
@@ -59,10 +66,17 @@ class ExperimentForm(forms.Form):
     baseline = forms.ChoiceField(
         choices=ARM_CHOICES, initial="static", help_text="The arm the others are compared with."
     )
+    benchmarks = forms.CharField(
+        required=False,
+        initial="builtin",
+        max_length=4000,
+        help_text="What every run is evaluated on, separated by commas (empty: builtin): builtin, or FlashRAG files "
+        "in your team's data. With several, each gets a verdict, and so does their average (each weighted equally).",
+    )
     questions = forms.IntegerField(
         min_value=0,
         initial=0,
-        help_text="Questions of the built-in test split every run is evaluated on (0: all of them).",
+        help_text="Questions of each benchmark's test split every run is evaluated on (0: all of them).",
     )
     overrides = OverridesField(
         required=False,
@@ -77,6 +91,12 @@ class ExperimentForm(forms.Form):
         field.queryset = teams
         if teams.count() == 1:
             field.widget = forms.HiddenInput()
+
+    def clean_benchmarks(self) -> list[str]:
+        names = [name.strip() for name in re.split(r"[,\n]", self.cleaned_data["benchmarks"]) if name.strip()]
+        if len(names) > MAX_BENCHMARKS:
+            raise forms.ValidationError(f"name at most {MAX_BENCHMARKS} benchmarks")
+        return names or ["builtin"]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -95,13 +115,19 @@ class ExperimentForm(forms.Form):
             "arms": arms,
             "seeds": data["seeds"],
             "baseline": data["baseline"],
-            "evaluation": {"benchmark": "builtin", "split": "test", "size": data["questions"], "sample_seed": 0},
+            "evaluation": {
+                "benchmarks": data["benchmarks"],
+                "split": "test",
+                "size": data["questions"],
+                "sample_seed": 0,
+            },
         }
 
     def apply_errors(self, error: InvalidInput) -> None:
-        """The service's errors on the field they name (`overrides.grpo.lr` on overrides), the rest on the form."""
+        """The service's errors on the field they name (`overrides.grpo.lr` on overrides, `evaluation.benchmarks` on
+        benchmarks), the rest on the form."""
         for path, messages in error.errors.items():
             head = path.split(".", 1)[0]
-            field = head if head in self.fields and head != "team" else None
+            field = ERROR_FIELDS.get(path) or (head if head in self.fields and head != "team" else None)
             for message in messages:
                 self.add_error(field, f"{path}: {message}" if field != path else message)

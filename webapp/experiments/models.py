@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from inspo_engine.experiments import EvalSpec
 from webapp.accounts.models import Team
 
 
@@ -31,7 +32,10 @@ class Experiment(models.Model):
         "list: PostgreSQL's jsonb keeps no key order)."
     )
     seeds = models.JSONField(help_text="The seeds every arm trains with.")
-    evaluation = models.JSONField(help_text="{benchmark, split, size, sample_seed}: the same questions for every run.")
+    evaluation = models.JSONField(
+        help_text="{benchmarks, split, size, sample_seed}: the same questions for every run (stored before several "
+        "benchmarks were allowed: {benchmark, …})."
+    )
     baseline = models.CharField(max_length=64, help_text="The arm every other arm is compared with.")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -50,9 +54,14 @@ class Experiment(models.Model):
             "overrides": self.overrides,
             "arms": self.arm_overrides,
             "seeds": self.seeds,
-            "evaluation": self.evaluation,
+            "evaluation": self.evaluation_spec,
             "baseline": self.baseline,
         }
+
+    @property
+    def evaluation_spec(self) -> dict[str, Any]:
+        """The evaluation with its benchmarks as a list, also for one stored with a single `benchmark`."""
+        return EvalSpec.from_dict(self.evaluation).to_dict()
 
     @property
     def arm_overrides(self) -> dict[str, dict[str, Any]]:

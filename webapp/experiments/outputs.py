@@ -33,7 +33,11 @@ class ExperimentOutputSerializer(serializers.ModelSerializer[Experiment]):
         help_text="Arm name → its overrides (a built-in arm's included), in the experiment's order.",
     )
     seeds = serializers.ListField(child=serializers.IntegerField())
-    evaluation = serializers.DictField(help_text="{benchmark, split, size, sample_seed}.")
+    evaluation = serializers.DictField(
+        source="evaluation_spec",
+        help_text="{benchmarks, split, size, sample_seed}: `benchmarks` a list, also for an experiment stored with "
+        "one `benchmark`.",
+    )
     run_count = serializers.IntegerField(help_text="Arms × seeds.")
 
     class Meta:
@@ -67,7 +71,11 @@ class VerdictComparisonOutputSerializer(serializers.Serializer[Any]):
     high = serializers.FloatField()
     level = serializers.FloatField()
     seeds = serializers.IntegerField()
-    questions = serializers.IntegerField()
+    questions = serializers.IntegerField(help_text="The questions paired (over every benchmark, for the average).")
+    benchmark_questions = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="For the average over several benchmarks: each one's questions (each benchmark weighs 1/B).",
+    )
     per_seed = serializers.DictField(child=serializers.FloatField(), help_text="Seed → its paired difference.")
     method = serializers.CharField(help_text="How the interval was made.")
     excludes_zero = serializers.BooleanField()
@@ -82,10 +90,28 @@ class RewardCurveOutputSerializer(serializers.Serializer[Any]):
     seeds = serializers.ListField(child=serializers.IntegerField(), help_text="Seeds that reached each step.")
 
 
+class BenchmarkResultOutputSerializer(serializers.Serializer[Any]):
+    """One benchmark of an arm, over the seeds that finished it."""
+
+    benchmark = serializers.CharField(help_text="As the experiment names it.")
+    seeds = serializers.ListField(child=serializers.IntegerField(), help_text="The seeds that finished it.")
+    mean_em = serializers.FloatField(allow_null=True)
+    mean_f1 = serializers.FloatField(allow_null=True)
+    per_seed_em = serializers.DictField(child=serializers.FloatField())
+    questions = serializers.IntegerField()
+    comparison = VerdictComparisonOutputSerializer(allow_null=True)
+    verdict = serializers.CharField(allow_null=True, help_text="Its difference from the baseline arm, in words.")
+
+
 class ArmResultOutputSerializer(serializers.Serializer[Any]):
+    """An arm: with several benchmarks its numbers and verdict are those of their unweighted average (each
+    benchmark's own are in `benchmarks`); with one, that benchmark's."""
+
     arm = serializers.CharField()
     overrides = serializers.DictField()
-    seeds = serializers.ListField(child=serializers.IntegerField(), help_text="The seeds that finished.")
+    seeds = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The seeds that finished every benchmark."
+    )
     mean_em = serializers.FloatField(allow_null=True)
     mean_f1 = serializers.FloatField(allow_null=True)
     per_seed_em = serializers.DictField(child=serializers.FloatField())
@@ -94,6 +120,7 @@ class ArmResultOutputSerializer(serializers.Serializer[Any]):
     reward_curve = RewardCurveOutputSerializer()
     comparison = VerdictComparisonOutputSerializer(allow_null=True)
     verdict = serializers.CharField(allow_null=True, help_text="The difference from the baseline arm, in words.")
+    benchmarks = BenchmarkResultOutputSerializer(many=True, help_text="One per benchmark, in the experiment's order.")
 
 
 class MissingRunOutputSerializer(serializers.Serializer[Any]):
@@ -104,6 +131,7 @@ class MissingRunOutputSerializer(serializers.Serializer[Any]):
 class ExperimentResultsOutputSerializer(serializers.Serializer[Any]):
     baseline = serializers.CharField()
     level = serializers.FloatField()
+    benchmarks = serializers.ListField(child=serializers.CharField(), help_text="The benchmarks, in order.")
     arms = ArmResultOutputSerializer(many=True)
     missing = MissingRunOutputSerializer(many=True, help_text="(arm, seed) runs with no results (yet).")
     complete = serializers.BooleanField()

@@ -59,31 +59,48 @@ def run_counts(runs: list[Run]) -> dict[str, int]:
     return dict(counts)
 
 
-def _answers(runs: list[Run]) -> tuple[dict[str, dict[int, dict[str, float]]], dict[str, dict[int, dict[str, float]]]]:
-    """Per arm, per seed, each question's EM and F1 from the run's newest evaluation that kept per-question
-    results."""
-    newest: dict[Any, tuple[int, int]] = {}
-    for run_id, evaluation_id, step in (
+ArmScores = dict[str, dict[str, dict[int, dict[str, float]]]]
+"""arm → benchmark → seed → question id → score."""
+
+
+def _answers(runs: list[Run], benchmarks: list[str]) -> tuple[ArmScores, ArmScores]:
+    """Per arm, per benchmark (named as the experiment names it), per seed, each question's EM and F1 from the
+    run's newest evaluation of that benchmark that kept per-question results."""
+    names = {run.pk: benchmark_names(run, benchmarks) for run in runs}
+    newest: dict[tuple[Any, str], tuple[int, int]] = {}
+    for run_id, benchmark, evaluation_id, step in (
         EvaluationAnswer.objects.filter(evaluation__run__in=runs, evaluation__metric=SCORE_METRIC)
         .order_by()
-        .values_list("evaluation__run_id", "evaluation_id", "evaluation__step")
+        .values_list("evaluation__run_id", "evaluation__benchmark", "evaluation_id", "evaluation__step")
         .distinct()
     ):
-        newest[run_id] = max(newest.get(run_id, (step, evaluation_id)), (step, evaluation_id))
-    chosen = [evaluation_id for _, evaluation_id in newest.values()]
-    em: dict[Any, dict[str, float]] = defaultdict(dict)
-    f1: dict[Any, dict[str, float]] = defaultdict(dict)
+        if (name := names[run_id].get(benchmark)) is not None:
+            newest[run_id, name] = max(newest.get((run_id, name), (step, evaluation_id)), (step, evaluation_id))
+    chosen = {evaluation_id: key for key, (_, evaluation_id) in newest.items()}
+    em: dict[tuple[Any, str], dict[str, float]] = defaultdict(dict)
+    f1: dict[tuple[Any, str], dict[str, float]] = defaultdict(dict)
     rows = EvaluationAnswer.objects.filter(evaluation_id__in=chosen).order_by("id")
-    for run_id, question_id, em_value, f1_value in rows.values_list("evaluation__run_id", "question_id", "em", "f1"):
-        em[run_id][question_id] = em_value
-        f1[run_id][question_id] = f1_value
-    by_arm_em: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
-    by_arm_f1: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
+    for evaluation_id, question_id, em_value, f1_value in rows.values_list("evaluation_id", "question_id", "em", "f1"):
+        em[chosen[evaluation_id]][question_id] = em_value
+        f1[chosen[evaluation_id]][question_id] = f1_value
+    by_arm_em: ArmScores = defaultdict(dict)
+    by_arm_f1: ArmScores = defaultdict(dict)
     for run in runs:
-        if run.pk in em:
-            by_arm_em[run.arm][run.seed] = em[run.pk]
-            by_arm_f1[run.arm][run.seed] = f1[run.pk]
+        for name in benchmarks:
+            if (run.pk, name) in em:
+                by_arm_em[run.arm].setdefault(name, {})[run.seed] = em[run.pk, name]
+                by_arm_f1[run.arm].setdefault(name, {})[run.seed] = f1[run.pk, name]
     return dict(by_arm_em), dict(by_arm_f1)
+
+
+def benchmark_names(run: Run, benchmarks: list[str]) -> dict[str, str]:
+    """How the run's evaluations name each of the experiment's benchmarks → the experiment's name: as the experiment
+    does, or as the run's config stores it once admitted (a file resolved to its path), position by position."""
+    stored = (run.config.get("eval") or {}).get("benchmarks") or []
+    names = {name: name for name in benchmarks}
+    if len(stored) == len(benchmarks):
+        names |= {str(path)[:200]: name for path, name in zip(stored, benchmarks, strict=True)}
+    return names
 
 
 def _rewards(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
@@ -106,18 +123,20 @@ def engine_experiment(experiment: Experiment) -> EngineExperiment:
         overrides=dict(experiment.overrides),
         arms=experiment.arm_overrides,
         seeds=[int(seed) for seed in experiment.seeds],
-        evaluation=EvalSpec(**experiment.evaluation),
+        evaluation=EvalSpec.from_dict(experiment.evaluation),
         baseline=experiment.baseline,
     )
 
 
 def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
     """Everything the experiment's page and its API answer show: its state and its runs, and the engine's table and
-    verdicts over the seeds that finished (it lists the missing ones); reward curves include running seeds."""
+    verdicts over the seeds that finished (it lists the missing ones): with several benchmarks, a verdict per
+    benchmark and one over their unweighted average; reward curves include running seeds."""
     runs = experiment_runs(experiment=experiment)
     finished = [run for run in runs if run.status == Run.Status.FINISHED]
-    em, f1 = _answers(finished)
-    results = experiment_results(engine_experiment(experiment), em, _rewards(runs), f1_by_arm=f1)
+    spec = engine_experiment(experiment)
+    em, f1 = _answers(finished, list(spec.evaluation.benchmarks))
+    results = experiment_results(spec, em, _rewards(runs), f1_by_arm=f1)
     return {
         "experiment": experiment,
         "state": experiment_state(experiment=experiment, runs=runs),

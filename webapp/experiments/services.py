@@ -14,8 +14,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from inspo_engine.config import ConfigError, RunConfig, resolve_key
+from inspo_engine.experiments import EXPERIMENT_FIELDS, arm_config, experiment_from_dict
 from inspo_engine.experiments import Experiment as EngineExperiment
-from inspo_engine.experiments import arm_config, experiment_from_dict
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
@@ -27,6 +27,7 @@ from .models import Experiment
 
 MAX_EXPERIMENT_RUNS = 48
 """The most runs (arms × seeds) one experiment may start."""
+BENCHMARK, BENCHMARKS = "evaluation.benchmark", "evaluation.benchmarks"
 
 
 def experiment_errors(error: ConfigError) -> InvalidInput:
@@ -64,9 +65,10 @@ def _set_by(overrides: Mapping[str, Any], field: str) -> bool:
 
 def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tuple[str, int], RunConfig]:
     """Each run's config, checked as a run submission checks it (the team's data, what a run may reach);
-    InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>`, or `tracking.…`
-    for the team's default trackers — otherwise. An arm whose overrides and the experiment's name no trackers gets
-    the team's default, as a run submitted alone does."""
+    InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>`, the experiment's
+    own field (`evaluation.benchmarks`) for one it sets, or `tracking.…` for the team's default trackers —
+    otherwise. An arm whose overrides and the experiment's name no trackers gets the team's default, as a run
+    submitted alone does."""
     configs: dict[tuple[str, int], RunConfig] = {}
     errors: dict[str, list[str]] = {}
     for arm, seed in experiment.runs():
@@ -79,11 +81,21 @@ def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tupl
                 where = f"overrides.{field}" if shared else f"arms.{arm}.{field}"
                 if not chosen and field.startswith("tracking."):
                     where = field
+                where = EXPERIMENT_FIELDS.get(field, where)
                 errors.setdefault(where, [])
                 errors[where] += [m for m in messages if m not in errors[where]]
     if errors:
         raise InvalidInput(errors)
     return configs
+
+
+def _named_as_sent(error: InvalidInput, spec: Mapping[str, Any]) -> InvalidInput:
+    """The errors of `evaluation.benchmarks` under `evaluation.benchmark` for an experiment that named its one
+    benchmark so."""
+    evaluation = spec.get("evaluation")
+    if not isinstance(evaluation, Mapping) or "benchmark" not in evaluation:
+        return error
+    return InvalidInput({BENCHMARK if f == BENCHMARKS else f: m for f, m in error.errors.items()})
 
 
 def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, Any]) -> Experiment:
@@ -94,7 +106,10 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
     if not name:
         raise InvalidInput({"name": ["give the experiment a name"]})
     experiment = experiment_read(spec)
-    configs = experiment_configs(experiment, team=team)
+    try:
+        configs = experiment_configs(experiment, team=team)
+    except InvalidInput as error:
+        raise _named_as_sent(error, spec) from error
     with transaction.atomic():
         experiment_pending_check(team, runs=len(configs))
         row = Experiment.objects.create(

@@ -84,6 +84,7 @@ def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
     context = {
         **summary,
         "can_act": role is not None and role.rank >= Role.MEMBER.rank,
+        "several_benchmarks": len(summary["results"]["benchmarks"]) > 1,
         "compare_url": _compare_url(summary["runs"]),
         "compared_runs": min(len(summary["runs"]), MAX_COMPARED_RUNS),
         "can_submit": team_list(user=user, min_role=Role.MEMBER).exists(),

@@ -349,6 +349,36 @@ class EvaluationsOutputSerializer(serializers.Serializer[Any]):
     )
 
 
+class TableCellOutputSerializer(serializers.Serializer[Any]):
+    """One benchmark of a run's Table 1: the evaluation its numbers come from."""
+
+    benchmark = serializers.CharField()
+    step = serializers.IntegerField(help_text="The step of the evaluation.")
+    em = serializers.FloatField(allow_null=True, help_text="Exact match, 0–1.")
+    f1 = serializers.FloatField(allow_null=True, help_text="Token F1, 0–1; null when the evaluation stored none.")
+    n = serializers.IntegerField(help_text="Its questions.")
+    per_question = serializers.BooleanField(help_text="Computed from its per-question results (else as stored).")
+    source = serializers.ChoiceField(choices=["training", "requested"])  # type: ignore[assignment]  # as Edge's
+
+
+class TableAverageOutputSerializer(serializers.Serializer[Any]):
+    em = serializers.FloatField(allow_null=True)
+    f1 = serializers.FloatField(allow_null=True)
+
+
+class RunTableOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_benchmark_table`."""
+
+    step = serializers.IntegerField(
+        allow_null=True, help_text="The step asked for; null: each benchmark's newest evaluation (the final one)."
+    )
+    steps = serializers.ListField(child=serializers.IntegerField(), help_text="The steps that have evaluations.")
+    benchmarks = TableCellOutputSerializer(many=True, help_text="One per benchmark, by name.")
+    average = TableAverageOutputSerializer(
+        help_text="Avg.: the unweighted mean over the benchmarks of each metric (null when a benchmark lacks it)."
+    )
+
+
 class TrajectoryOutputSerializer(serializers.Serializer[Any]):
     instruction_id = serializers.CharField(allow_null=True)
     question = serializers.CharField(allow_blank=True)
@@ -443,8 +473,16 @@ class CompareSeriesOutputSerializer(serializers.Serializer[Any]):
 
 class BenchmarkRowOutputSerializer(serializers.Serializer[Any]):
     run_id = serializers.UUIDField()
-    values = serializers.DictField(child=serializers.FloatField(), help_text="The newest value per benchmark.")
-    average = serializers.FloatField(allow_null=True, help_text="Over the run's benchmarks; null: none.")
+    values = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="Per benchmark, the newest evaluation's value (from its per-question results when it kept them).",
+    )
+    average = serializers.FloatField(
+        allow_null=True,
+        help_text="Avg.: the unweighted mean over the table's columns; null unless the run has a value in each.",
+    )
+    steps = serializers.DictField(child=serializers.IntegerField(), help_text="Per benchmark, the step of its value.")
+    n = serializers.DictField(child=serializers.IntegerField(), help_text="Per benchmark, the questions of its value.")
 
 
 class BenchmarkTableOutputSerializer(serializers.Serializer[Any]):

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import math
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -549,41 +549,103 @@ def run_preset_diff(*, run: Run) -> list[dict[str, Any]] | None:
 
 def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
     """Table 1 of the paper for these runs: rows are runs, columns the benchmarks any of them was evaluated on,
-    each cell the newest value of `metric`; `average` is over the run's benchmarks; `best` lists per column the runs
-    with its highest value (see `column_best`), leaving out columns where no run is ahead of another."""
-    newest: dict[str, dict[str, float]] = defaultdict(dict)
-    for pk, benchmark, value in evaluation_values(runs, metric=metric):
-        newest[str(pk)][benchmark] = value
-    columns = sorted({benchmark for values in newest.values() for benchmark in values})
+    each cell the run's newest evaluation's `metric` (see `newest_evaluations`); `average` ("Avg.") is the unweighted
+    mean over the table's columns, given only for a run with a value in every column (an average over other
+    benchmarks is no Table-1 number); `best` lists per column the runs with its highest value (see `column_best`),
+    leaving out columns where no run is ahead of another. Each row also says the step and the questions (n) of every
+    value."""
+    newest = newest_evaluations(runs)
+    values = {
+        run_id: {name: cell[metric] for name, cell in cells.items() if cell[metric] is not None}
+        for run_id, cells in newest.items()
+    }
+    columns = sorted({benchmark for by_name in values.values() for benchmark in by_name})
     cells: dict[str, dict[str, float]] = {}  # column → run id → value
     table: list[dict[str, Any]] = []
     for run in runs:
         run_id = str(run.pk)
-        values = newest.get(run_id, {})
-        average = sum(values.values()) / len(values) if values else None
-        table.append({"run_id": run_id, "values": values, "average": average})
-        scored = {**values, "average": average} if average is not None else {}
+        row_values = values.get(run_id, {})
+        complete = bool(columns) and all(column in row_values for column in columns)
+        average = sum(row_values.values()) / len(row_values) if complete else None
+        found = newest.get(run_id, {})
+        table.append(
+            {
+                "run_id": run_id,
+                "values": row_values,
+                "average": average,
+                "steps": {name: found[name]["step"] for name in row_values},
+                "n": {name: found[name]["n"] for name in row_values},
+            }
+        )
+        scored = {**row_values, "average": average} if average is not None else row_values
         for column, score in scored.items():
             cells.setdefault(column, {})[run_id] = score
     best = {column: tied for column, by_run in cells.items() if (tied := column_best(by_run))}
     return {"metric": metric, "columns": columns, "rows": table, "best": best}
 
 
-def evaluation_values(runs: list[Run], *, metric: str) -> list[tuple[Any, str, float]]:
-    """(run id, benchmark, value) of the runs' evaluations in `metric`, oldest first. An evaluation that kept its
-    per-question results counts from those rows: the mean of their `metric` (em or f1) over its questions, so a
-    number in a table is the mean of the answers one can pair."""
-    per_question = metric if metric in BENCHMARK_METRICS else None
-    rows = Evaluation.objects.filter(run__in=runs, metric=metric).order_by("run_id", "benchmark", "step", "id")
-    if per_question is None:
-        return list(rows.values_list("run_id", "benchmark", "value"))
-    annotated = rows.annotate(answered=Count("answers"), answer_mean=Avg(f"answers__{per_question}"))
-    return [
-        (run_id, benchmark, answer_mean if answered else value)
-        for run_id, benchmark, value, answered, answer_mean in annotated.values_list(
-            "run_id", "benchmark", "value", "answered", "answer_mean"
-        )
-    ]
+def newest_evaluations(runs: list[Run], *, step: int | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """run id → benchmark → the run's newest evaluation of it (by step, then as stored; at `step` when given):
+    `em` and `f1` from its per-question rows when it kept them (`per_question`, and `n` counts them), else the numbers
+    stored with it (None for a metric it did not store); `step`, `n`, and `source` (training or requested). A run
+    that finished has evaluated every benchmark of its config last, so these are its final evaluation."""
+    rows = Evaluation.objects.filter(run__in=runs, metric__in=BENCHMARK_METRICS)
+    if step is not None:
+        rows = rows.filter(step=step)
+    annotated = rows.annotate(answered=Count("answers"), mean_em=Avg("answers__em"), mean_f1=Avg("answers__f1"))
+    fields = ("run_id", "benchmark", "step", "request_id", "metric", "value", "n", "answered", "mean_em", "mean_f1")
+    newest: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for run_id, benchmark, at, request, metric, value, n, answered, mean_em, mean_f1 in annotated.order_by(
+        "run_id", "benchmark", "step", "id"
+    ).values_list(*fields):
+        cell = newest[str(run_id)].get(benchmark)
+        if metric == "em" or cell is None or not _joins(cell, at, request):  # an em row starts an evaluation
+            cell = {"benchmark": benchmark, "step": at, "em": None, "f1": None, "n": n, "per_question": False}
+            cell |= {"source": "requested" if request else "training", "_request": request, "_f1_row": False}
+            newest[str(run_id)][benchmark] = cell
+        if metric == "em" and answered:
+            cell |= {"em": mean_em, "f1": mean_f1, "n": answered, "per_question": True}
+        elif metric == "f1":
+            cell |= {"f1": cell["f1"] if cell["per_question"] else value, "_f1_row": True}
+        else:
+            cell["em"] = value
+    return {
+        run_id: {name: {k: v for k, v in cell.items() if not k.startswith("_")} for name, cell in cells.items()}
+        for run_id, cells in newest.items()
+    }
+
+
+def _joins(cell: dict[str, Any], step: int, request: int | None) -> bool:
+    """Whether an f1 row belongs to the evaluation `cell` holds: the same step and request, and none joined yet."""
+    return cell["step"] == step and cell["_request"] == request and not cell["_f1_row"]
+
+
+def run_benchmark_table(*, run: Run, step: int | None = None) -> dict[str, Any]:
+    """Table 1 of one run: per benchmark its EM and F1 (see `newest_evaluations`: from the per-question rows when
+    the evaluation kept them) and their unweighted mean over the benchmarks ("Avg."; a metric some benchmark lacks
+    has none). By default each benchmark's newest evaluation (the final one once the run finished); with `step`, the
+    evaluations at that step. `steps` lists the steps that have any; InvalidInput naming `step` for one without."""
+    steps = list(
+        Evaluation.objects.filter(run=run, metric__in=BENCHMARK_METRICS)
+        .order_by("step")
+        .values_list("step", flat=True)
+        .distinct()
+    )
+    if step is not None and step not in steps:
+        shown = ", ".join(map(str, steps)) or "none yet"
+        raise InvalidInput({"step": [f"the run has no evaluation at step {step} (steps with evaluations: {shown})"]})
+    cells = newest_evaluations([run], step=step).get(str(run.pk), {})
+    benchmarks = [cells[name] for name in sorted(cells)]
+    average = {metric: _mean_of(cell[metric] for cell in benchmarks) for metric in BENCHMARK_METRICS}
+    return {"step": step, "steps": steps, "benchmarks": benchmarks, "average": average}
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    """The unweighted mean, or None when there is nothing or any value is missing."""
+    items = list(values)
+    if not items or any(value is None for value in items):
+        return None
+    return sum(value for value in items if value is not None) / len(items)
 
 
 def column_best(by_run: dict[str, float]) -> list[str]:

@@ -26,6 +26,7 @@ api_urlpatterns = [
     ),
     path("runs/<uuid:run_id>/lineage/", apis.RunLineageApi.as_view(), name="run-lineage"),
     path("runs/<uuid:run_id>/evaluations/", apis.RunEvaluationsApi.as_view(), name="run-evaluations"),
+    path("runs/<uuid:run_id>/table/", apis.RunTableApi.as_view(), name="run-table"),
     path("runs/<uuid:run_id>/trajectories/", apis.RunTrajectoriesApi.as_view(), name="run-trajectories"),
     path("runs/<uuid:run_id>/checkpoints/", apis.RunCheckpointsApi.as_view(), name="run-checkpoints"),
     path("runs/<uuid:run_id>/heatmaps/", apis.RunHeatmapsApi.as_view(), name="run-heatmaps"),

@@ -183,6 +183,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "tags": selectors.run_tag_names(run=run),
         "config_json": _pretty(run.config),
         "evaluations": selectors.run_evaluations(run=run),
+        "table": _benchmark_table(run, request.GET.get("table_step")),
         "evaluation_requests": selectors.evaluation_request_list(run=run)[:20],
         "checkpoints": selectors.checkpoint_list(run=run),
         "notes": selectors.run_notes(run=run),
@@ -196,6 +197,19 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "control_form": ControlForm(initial={"kind": "inject"}),
     }
     return render(request, "runs/detail.html", context)
+
+
+def _benchmark_table(run: Run, asked: str | None) -> dict[str, Any]:
+    """The run's Table 1 at the step the address asks for (`?table_step=`), else its final evaluation; a step that is
+    no number or has no evaluation shows the final one, and says why."""
+    if not asked:
+        return {**selectors.run_benchmark_table(run=run), "error": None}
+    try:
+        if not asked.isdigit():
+            raise InvalidInput({"step": [f"{asked[:20]!r} is not a step"]})
+        return {**selectors.run_benchmark_table(run=run, step=int(asked)), "error": None}
+    except InvalidInput as error:
+        return {**selectors.run_benchmark_table(run=run), "error": " ".join(error.errors["step"])}
 
 
 def _heatmap_choices(run: Run) -> dict[str, Any]:

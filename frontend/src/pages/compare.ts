@@ -4,10 +4,14 @@
 import { Api, describeError } from "../api";
 import { colorAt, createChart, linePanel, linkCharts, PANELS, type Chart, type PanelKey } from "../charts";
 import { byTestId, fill, formatNumber, h } from "../dom";
-import { benchmarkTable, formatDelta, type BenchmarkTable } from "../transforms/benchmarks";
+import { AVERAGE, benchmarkTable, columnLabel, formatDelta, type BenchmarkTable } from "../transforms/benchmarks";
 import { formatValue } from "../transforms/configDiff";
 import { ema, points } from "../transforms/smoothing";
 import type { Comparison, CompareRun, CompareSeries, Page, Run } from "../types";
+
+const AVERAGE_TITLE =
+  "The unweighted mean over the benchmarks, each counting the same whatever its number of questions; " +
+  "only for a run with a value in every column.";
 
 export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   const chosen = JSON.parse(document.getElementById("compare-selection")?.textContent ?? "[]") as string[];
@@ -163,7 +167,14 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
     "tr",
     {},
     h("th", { scope: "col", text: "Run" }),
-    ...table.columns.map((column) => h("th", { scope: "col", class: "num", text: column })),
+    ...table.columns.map((column) =>
+      h("th", {
+        scope: "col",
+        class: "num",
+        text: columnLabel(column),
+        title: column === AVERAGE ? AVERAGE_TITLE : null,
+      }),
+    ),
   );
   const rows = table.rows.map((row) =>
     h(
@@ -173,7 +184,7 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
       ...row.cells.map((cell) =>
         h(
           "td",
-          { class: `num${cell.best ? " best" : ""}`, "data-column": cell.column },
+          { class: `num${cell.best ? " best" : ""}`, "data-column": cell.column, title: cell.source },
           cell.best ? h("strong", { text: formatNumber(cell.value) }) : formatNumber(cell.value),
           cell.best ? h("span", { class: "best-mark", title: "best in this column", text: " ★" }) : null,
           cell.delta !== null

@@ -2,9 +2,14 @@
  * against the baseline and whether it is the column's best. The server picks the bests and computes averages and
  * deltas (one source for the API and the page); this only lines them up. Knows nothing about the DOM. */
 
-import type { Comparison } from "../types";
+import type { BenchmarkRow, Comparison } from "../types";
 
 export const AVERAGE = "average";
+
+/** A column's heading: a benchmark's name, or "Avg." (the paper's Table 1) for the average. */
+export function columnLabel(column: string): string {
+  return column === AVERAGE ? "Avg." : column;
+}
 
 export interface Cell {
   column: string;
@@ -13,6 +18,8 @@ export interface Cell {
   delta: number | null;
   /** Tied for the column's highest value while some other run has less (a tie across the board marks none). */
   best: boolean;
+  /** Where a benchmark's value comes from ("step 4, 125 questions"); null for the average and empty cells. */
+  source: string | null;
 }
 
 export interface TableRow {
@@ -43,10 +50,18 @@ export function benchmarkTable(comparison: Comparison): BenchmarkTable {
         value,
         delta: deltas[row.run_id]?.[column] ?? null,
         best: value !== null && (benchmarks.best[column] ?? []).includes(row.run_id),
+        source: cellSource(row, column),
       };
     }),
   }));
   return { metric: benchmarks.metric, columns, rows };
+}
+
+function cellSource(row: BenchmarkRow, column: string): string | null {
+  const step = row.steps?.[column];
+  const n = row.n?.[column];
+  if (step === undefined || n === undefined) return null;
+  return `step ${step}, ${n} question${n === 1 ? "" : "s"}`;
 }
 
 /** "+0.021" / "−0.004" / "±0.000": always signed so a column of deltas reads at a glance. */

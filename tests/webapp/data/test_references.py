@@ -126,3 +126,13 @@ def test_the_command_refuses_a_file_outside_the_shared_directory_and_a_bad_file(
     bad.write_bytes(jsonl(questions(2)) + b'{"id": "z", "question": "q"}\n')
     with pytest.raises(CommandError, match="line 3: field 'golden_answers'"):
         call_command("register_shared_data", str(bad), "--name", "x", "--kind", "questions")
+
+
+def test_a_clone_keeps_the_version_its_source_pinned(alices_data):
+    source = submit(alices_data, **{"env.dataset": "data:mine", "eval.benchmarks": ["data:bench"]}).json()
+    upload(alices_data, jsonl(questions(9)), name="mine")  # version 3 of mine now exists
+    clone = alices_data.post(f"/api/v1/runs/{source['id']}/clone/", {"name": "again"}, format="json")
+    assert clone.status_code == 201, clone.json()
+    config = Run.objects.get(pk=clone.json()["id"]).config
+    assert config["env"]["dataset"] == "data:mine@2" and config["eval"]["benchmarks"] == ["data:bench@1"]
+    assert DatasetUse.objects.filter(run_id=clone.json()["id"]).count() == 2

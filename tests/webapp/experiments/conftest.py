@@ -15,8 +15,15 @@ def spec(**changes: Any) -> dict[str, Any]:
     return {"preset": "smoke", "arms": ["static", "inspo"], "seeds": 2, **changes}
 
 
-def finish(run: Any, *, correct: int, rewards: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)) -> Any:
-    """Mark the run finished with its final evaluation: the first `correct` questions right, the rest wrong."""
+def finish(
+    run: Any,
+    *,
+    correct: int | dict[str, int],
+    rewards: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4),
+    questions: int = len(QUESTIONS),
+) -> Any:
+    """Mark the run finished with its final evaluation: the first `correct` of `questions` right, the rest wrong —
+    on builtin, or on each benchmark of `correct` (benchmark as the run's config stores it → how many right)."""
     from django.utils import timezone
 
     from tests.factories import StepMetricFactory
@@ -24,13 +31,14 @@ def finish(run: Any, *, correct: int, rewards: tuple[float, ...] = (0.1, 0.2, 0.
 
     for step, reward in enumerate(rewards, start=1):
         StepMetricFactory(run=run, step=step, reward_mean=reward)
-    evaluation = Evaluation.objects.create(
-        run=run, step=len(rewards), benchmark="builtin", metric="em", value=0.0, n=len(QUESTIONS)
-    )
-    EvaluationAnswer.objects.bulk_create(
-        EvaluationAnswer(evaluation=evaluation, question_id=q, em=float(i < correct), f1=float(i < correct), answer="a")
-        for i, q in enumerate(QUESTIONS)
-    )
+    for benchmark, right in (correct if isinstance(correct, dict) else {"builtin": correct}).items():
+        evaluation = Evaluation.objects.create(
+            run=run, step=len(rewards), benchmark=benchmark, metric="em", value=0.0, n=questions
+        )
+        EvaluationAnswer.objects.bulk_create(
+            EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=float(i < right), f1=float(i < right))
+            for i in range(questions)
+        )
     Run.objects.filter(pk=run.pk).update(status=Run.Status.FINISHED, step=len(rewards), finished_at=timezone.now())
     run.refresh_from_db()
     return run

@@ -62,6 +62,11 @@ def test_a_custom_arm_is_any_set_of_overrides_and_trains_with_them(alice, api):
         ({"evaluation": {"split": "../teams/2/private/test"}}, "evaluation.split"),
         ({"evaluation": {"split": "test/../../x"}}, "evaluation.split"),
         ({"arms": {"static": None, "nl\n": {"grpo.lr": 1e-7}}}, "arms.nl\n"),
+        ({"evaluation": {"benchmarks": "builtin"}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": ["builtin", "builtin"]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmarks": ["builtin", "/etc/passwd"]}}, "evaluation.benchmarks"),
+        ({"evaluation": {"benchmark": "/etc/passwd"}}, "evaluation.benchmark"),
+        ({"evaluation": {"benchmark": "builtin", "benchmarks": ["builtin"]}}, "evaluation.benchmarks"),
     ],
 )
 def test_a_bad_experiment_is_a_400_naming_the_field_and_starts_nothing(alice, api, changes, field):
@@ -125,6 +130,7 @@ def test_pending_runs_are_bounded_and_an_experiment_past_the_bound_is_refused_wh
     assert Run.objects.filter(status=Run.Status.PENDING).count() == 5
 
 
+@pytest.mark.slow
 def test_two_experiments_of_16_arms_by_3_seeds_do_not_queue_96_runs(alice, api, settings, committed):
     """The audit's probe, at its sizes and the default bound (64)."""
     assert settings.INSPO_TEAM_MAX_PENDING_RUNS == 64
@@ -188,6 +194,40 @@ def test_the_table_covers_the_seeds_that_finished_and_names_the_missing_ones(ali
     assert comparison["seeds"] == 1 and comparison["mean"] == pytest.approx(2 / 8)  # paired on seed 0 only
     assert arms["inspo"]["verdict"].startswith("inspo − static")
     assert arms["static"]["reward_curve"]["steps"] == [1, 2, 3, 4]
+
+
+def test_several_benchmarks_give_a_verdict_each_and_one_over_their_unweighted_average(alice, api):
+    response = create(api(alice), evaluation={"benchmarks": ["builtin", "nq.jsonl"], "size": 8})
+    assert response.status_code == 201, response.json()
+    assert response.json()["evaluation"]["benchmarks"] == ["builtin", "nq.jsonl"]
+    runs = {(r.arm, r.seed): r for r in Run.objects.filter(experiment_id=response.json()["id"])}
+    [stored] = {r.config["eval"]["benchmarks"][1] for r in runs.values()}  # the file, resolved in the team's data
+    assert stored.endswith("/nq.jsonl") and {r.config["eval"]["benchmarks"][0] for r in runs.values()} == {"builtin"}
+    for (arm, seed), run in runs.items():  # inspo 2 of 8 questions ahead on builtin, level with static on nq
+        finish(run, correct={"builtin": 2 + seed + 2 * (arm == "inspo"), stored: 6})
+    results = api(alice).get(f"{URL}{response.json()['id']}/").json()["results"]
+    assert results["benchmarks"] == ["builtin", "nq.jsonl"] and results["complete"]
+    inspo = next(row for row in results["arms"] if row["arm"] == "inspo")
+    per = {entry["benchmark"]: entry for entry in inspo["benchmarks"]}
+    assert per["builtin"]["comparison"]["mean"] == pytest.approx(2 / 8)
+    assert per["builtin"]["verdict"].startswith("inspo − static on builtin: +25.0 EM points")
+    assert per["nq.jsonl"]["mean_em"] == pytest.approx(0.75) and per["nq.jsonl"]["comparison"]["mean"] == 0.0
+    assert inspo["comparison"]["mean"] == pytest.approx(1 / 8)  # (2/8 + 0) / 2: each benchmark weighs ½
+    assert inspo["comparison"]["benchmark_questions"] == {"builtin": 8, "nq.jsonl": 8}
+    assert inspo["verdict"].startswith("inspo − static on Avg. of 2 benchmarks (each weighted 1/2): +12.5 EM points")
+
+
+def test_an_experiment_stored_with_one_benchmark_reads_as_before(alice, api, experiment):
+    Experiment.objects.filter(pk=experiment.pk).update(
+        evaluation={"benchmark": "builtin", "split": "test", "size": 0, "sample_seed": 0}
+    )
+    for run in experiment.runs.all():
+        finish(run, correct=2 + run.seed + 2 * (run.arm == "inspo"))
+    body = api(alice).get(f"{URL}{experiment.pk}/").json()
+    assert body["experiment"]["evaluation"]["benchmarks"] == ["builtin"]
+    inspo = next(row for row in body["results"]["arms"] if row["arm"] == "inspo")
+    assert inspo["verdict"].startswith("inspo − static: +25.0 EM points")
+    assert [entry["benchmark"] for entry in inspo["benchmarks"]] == ["builtin"]
 
 
 def test_a_running_experiment_is_running_with_empty_verdicts(alice, api, experiment):

@@ -42,6 +42,50 @@ def test_a_bad_override_in_the_form_is_shown_on_its_field(client, alice, alice_t
     assert not Experiment.objects.exists()
 
 
+def test_the_form_takes_several_benchmarks_and_every_run_is_evaluated_on_each(client, alice, alice_team):
+    client.force_login(alice)
+    data = {"team": alice_team.pk, "name": "two", "preset": "smoke", "arms": ["static", "inspo"], "seeds": 1}
+    data |= {"baseline": "static", "questions": 8, "benchmarks": "builtin, nq.jsonl"}
+    assert client.post("/experiments/new/", data).status_code == 302
+    experiment = Experiment.objects.get()
+    assert experiment.evaluation_spec["benchmarks"] == ["builtin", "nq.jsonl"]
+    assert {len(r.config["eval"]["benchmarks"]) for r in experiment.runs.all()} == {2}
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert 'data-testid="experiment-benchmarks">builtin, nq.jsonl,' in page
+
+
+def test_a_benchmark_outside_the_teams_data_is_shown_on_the_benchmarks_field(client, alice, alice_team):
+    client.force_login(alice)
+    data = {"team": alice_team.pk, "name": "bad", "preset": "smoke", "arms": ["static"], "seeds": 1, "questions": 0}
+    response = client.post("/experiments/new/", {**data, "baseline": "static", "benchmarks": "builtin, /etc/passwd"})
+    html = response.content.decode()
+    row = html[html.index('for="id_benchmarks"') : html.index('for="id_questions"')]
+    assert response.status_code == 400 and "/etc/passwd" in row and "errorlist" in row
+    assert not Experiment.objects.exists()
+
+
+def test_the_page_of_several_benchmarks_shows_each_ones_verdicts_and_table_1_with_the_average(client, alice, api):
+    from tests.webapp.experiments.conftest import spec
+
+    response = api(alice).post(
+        "/api/v1/experiments/",
+        {"name": "two", **spec(evaluation={"benchmarks": ["builtin", "nq.jsonl"]})},
+        format="json",
+    )
+    experiment = Experiment.objects.get(pk=response.json()["id"])
+    for run in experiment.runs.all():
+        stored = run.config["eval"]["benchmarks"][1]
+        finish(run, correct={"builtin": 2 + 2 * (run.arm == "inspo"), stored: 6})
+    client.force_login(alice)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    assert "inspo − static on Avg. of 2 benchmarks (each weighted 1/2): +12.5 EM points" in page
+    assert 'data-testid="benchmark-verdict" data-arm="inspo" data-benchmark="builtin">inspo − static on builtin' in page
+    assert 'data-benchmark="nq.jsonl">inspo − static on nq.jsonl: +0.0 EM points' in page
+    row = page[page.index('data-testid="benchmark-row" data-arm="inspo"') :].split("</tr>")[0]
+    assert 'data-column="builtin">0.500' in row and 'data-column="nq.jsonl">0.750' in row
+    assert 'data-column="average">0.625' in row and "Avg." in page
+
+
 def test_the_page_shows_the_table_verdicts_runs_and_a_compare_link(client, alice, experiment):
     runs = {(r.arm, r.seed): r for r in experiment.runs.all()}
     for (arm, seed), run in runs.items():
@@ -53,6 +97,7 @@ def test_the_page_shows_the_table_verdicts_runs_and_a_compare_link(client, alice
     for run in runs.values():
         assert f'href="/runs/{run.pk}/"' in page and f"runs={run.pk}" in page
     assert 'data-testid="cancel-experiment"' not in page  # it has ended
+    assert 'data-testid="benchmark-verdicts"' not in page  # one benchmark: its verdicts are the ones above
 
 
 def test_a_failed_run_leaves_the_table_over_the_finished_seeds_saying_which_are_missing(client, alice, experiment):

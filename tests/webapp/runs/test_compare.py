@@ -1,12 +1,14 @@
 """Comparing runs: Fig. 2 series side by side, the paper's Table 1 (best per column), the config fields that
-differ, deltas against a baseline — and the team wall: another team's run in the list is a 404."""
+differ, deltas against a baseline — and the team wall: another team's run in the list is a 404. Table 1 of one run
+(`/api/v1/runs/<id>/table/`): EM and F1 per benchmark from the per-question rows, and their unweighted average."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.factories import EvaluationFactory, RunFactory, StepMetricFactory
+from tests.factories import CheckpointFactory, EvaluationFactory, RunFactory, StepMetricFactory
 from webapp.runs import selectors
+from webapp.runs.models import EvaluationAnswer, EvaluationRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -110,7 +112,8 @@ def test_a_run_without_steps_or_evaluations_compares_empty(alice, alice_team, ap
         "response_length_mean": [],
         "instruction_length_mean": [],
     }
-    assert {"run_id": str(empty.pk), "values": {}, "average": None} in body["benchmarks"]["rows"]
+    empty_row = {"run_id": str(empty.pk), "values": {}, "average": None, "steps": {}, "n": {}}
+    assert empty_row in body["benchmarks"]["rows"]
 
 
 def test_bad_input_names_the_field(alice, api, static, online):
@@ -145,3 +148,102 @@ def test_run_list_filters_by_preset_and_sorts(alice, alice_team, api):
 def test_ping_needs_a_user(alice, api):
     assert api(alice).get("/api/v1/ping/").json() == {"ok": True}
     assert api(None).get("/api/v1/ping/").status_code == 401
+
+
+# -- Table 1 of one run, and the same numbers in the comparison -------------------------------------------------------
+
+
+def answered(run, benchmark, em, f1, *, step=4, **fields):
+    """An evaluation that kept its per-question results: one row per (em, f1) pair; its stored numbers are stale."""
+    evaluation = EvaluationFactory(run=run, benchmark=benchmark, step=step, value=0.99, n=len(em), **fields)
+    EvaluationFactory(run=run, benchmark=benchmark, step=step, metric="f1", value=0.99, n=len(em), **fields)
+    EvaluationAnswer.objects.bulk_create(
+        EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=e, f1=f)
+        for i, (e, f) in enumerate(zip(em, f1, strict=True))
+    )
+    return evaluation
+
+
+@pytest.fixture
+def evaluated(alice, alice_team):
+    """A run evaluated at step 2 on nq, then at its end (step 4) on nq (4 questions) and hotpotqa (2 questions)."""
+    run = RunFactory(team=alice_team, creator=alice, name="evaluated")
+    answered(run, "nq", [0.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5], step=2)
+    answered(run, "nq", [1.0, 0.0, 0.0, 0.0], [1.0, 0.5, 0.0, 0.5])
+    answered(run, "hotpotqa", [1.0, 1.0], [1.0, 1.0])
+    return run
+
+
+def table(client, run, **params):
+    return client.get(f"/api/v1/runs/{run.pk}/table/", params)
+
+
+def test_a_runs_table_has_em_and_f1_per_benchmark_from_its_answers_and_their_unweighted_average(alice, api, evaluated):
+    body = table(api(alice), evaluated).json()
+    assert body["step"] is None and body["steps"] == [2, 4]
+    cells = {cell["benchmark"]: cell for cell in body["benchmarks"]}
+    assert list(cells) == ["hotpotqa", "nq"]
+    assert cells["nq"] == {
+        "benchmark": "nq", "step": 4, "em": 0.25, "f1": 0.5, "n": 4, "per_question": True, "source": "training",
+    }  # fmt: skip
+    assert (cells["hotpotqa"]["em"], cells["hotpotqa"]["f1"], cells["hotpotqa"]["n"]) == (1.0, 1.0, 2)
+    # Avg.: each benchmark weighs ½ — not the question-weighted (1 + 2) / 6 = 0.5
+    assert body["average"] == {"em": pytest.approx(0.625), "f1": pytest.approx(0.75)}
+
+
+def test_a_runs_table_at_an_earlier_step_shows_the_evaluations_of_that_step(alice, api, evaluated):
+    body = table(api(alice), evaluated, step=2).json()
+    assert body["step"] == 2 and [cell["benchmark"] for cell in body["benchmarks"]] == ["nq"]
+    assert (body["benchmarks"][0]["em"], body["benchmarks"][0]["f1"]) == (0.0, 0.125)
+    assert body["average"] == {"em": 0.0, "f1": 0.125}
+
+
+def test_an_evaluation_without_answers_or_f1_shows_its_stored_number_and_no_f1_average(alice, alice_team, api):
+    run = RunFactory(team=alice_team, creator=alice)
+    EvaluationFactory(run=run, benchmark="nq", value=0.3)
+    answered(run, "hotpotqa", [1.0, 0.0], [1.0, 0.0])
+    cells = {cell["benchmark"]: cell for cell in table(api(alice), run).json()["benchmarks"]}
+    assert cells["nq"] | {"benchmark": "-"} == {
+        "benchmark": "-", "step": 4, "em": 0.3, "f1": None, "n": 4, "per_question": False, "source": "training",
+    }  # fmt: skip
+    assert table(api(alice), run).json()["average"] == {"em": pytest.approx(0.4), "f1": None}
+
+
+def test_a_requested_evaluation_after_the_final_one_at_an_earlier_step_does_not_replace_it(alice, api, evaluated):
+    checkpoint = CheckpointFactory(run=evaluated, step=2)
+    request = EvaluationRequest.objects.create(run=evaluated, checkpoint=checkpoint, benchmarks=["nq"])
+    answered(evaluated, "nq", [1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], step=2, request=request)
+    final = {cell["benchmark"]: cell for cell in table(api(alice), evaluated).json()["benchmarks"]}
+    assert final["nq"]["em"] == 0.25 and final["nq"]["source"] == "training"
+    at_two = table(api(alice), evaluated, step=2).json()["benchmarks"][0]
+    assert (at_two["em"], at_two["source"]) == (1.0, "requested")
+
+
+@pytest.mark.parametrize("step", ["3", "-1", "two"])
+def test_a_step_without_evaluations_or_no_step_at_all_is_a_400_naming_step(alice, api, evaluated, step):
+    response = table(api(alice), evaluated, step=step)
+    assert response.status_code == 400 and list(response.json()) == ["step"]
+
+
+def test_another_teams_run_table_is_a_404_and_anonymous_is_refused(bob, victor, api, evaluated):
+    assert table(api(bob), evaluated).status_code == 404
+    assert table(api(bob), evaluated, step=3).status_code == 404  # no hint that the run exists
+    assert table(api(None), evaluated).status_code == 401
+    assert table(api(victor), evaluated).status_code == 200
+
+
+def test_the_comparison_takes_the_same_numbers_with_the_step_and_questions_of_each(alice, api, evaluated, static):
+    body = compare(api(alice), evaluated, static, metric="f1").json()["benchmarks"]
+    row = next(row for row in body["rows"] if row["run_id"] == str(evaluated.pk))
+    assert row["values"] == {"nq": 0.5, "hotpotqa": 1.0} and row["average"] == pytest.approx(0.75)
+    assert row["steps"] == {"nq": 4, "hotpotqa": 4} and row["n"] == {"nq": 4, "hotpotqa": 2}
+
+
+def test_a_run_without_a_value_in_every_column_has_no_average_to_rank(alice, alice_team, api, static):
+    partial = RunFactory(team=alice_team, creator=alice)
+    EvaluationFactory(run=partial, benchmark="nq", value=0.9)
+    body = compare(api(alice), static, partial).json()["benchmarks"]
+    rows = {row["run_id"]: row for row in body["rows"]}
+    assert rows[str(partial.pk)]["values"] == {"nq": 0.9} and rows[str(partial.pk)]["average"] is None
+    assert rows[str(static.pk)]["average"] == pytest.approx(0.25)
+    assert "average" not in body["best"] and body["best"]["nq"] == [str(partial.pk)]

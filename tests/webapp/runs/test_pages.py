@@ -259,3 +259,55 @@ def test_only_members_of_the_runs_team_see_the_clone_page(alice, alice_team, vic
     assert signed_in(bob).get(confirm).status_code == 404
     assert signed_in(None).get(confirm).status_code == 302
     assert Run.objects.count() == 1
+
+
+# -- Table 1 on the run page ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def evaluated(alice, alice_team):
+    """Evaluated at step 2 on nq, then at its end on nq (EM ¼ over 4 questions) and hotpotqa (EM 1 over 2)."""
+    from tests.factories import EvaluationFactory
+    from webapp.runs.models import EvaluationAnswer
+
+    run = RunFactory(team=alice_team, creator=alice, name="evaluated", status=Run.Status.FINISHED)
+    for step, benchmark, ems in [(2, "nq", [0, 0, 0, 1]), (4, "nq", [1, 0, 0, 0]), (4, "hotpotqa", [1, 1])]:
+        evaluation = EvaluationFactory(run=run, step=step, benchmark=benchmark, value=0.99, n=len(ems))
+        EvaluationAnswer.objects.bulk_create(
+            EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=em, f1=em) for i, em in enumerate(ems)
+        )
+    return run
+
+
+def table_cells(html: str, row: str) -> dict[str, str]:
+    """A row of the run page's Table 1: column → the cell's text."""
+    match = re.search(rf'data-testid="table-row-{row}">(.*?)</tr>', html, re.S)
+    assert match, f"no {row} row"
+    return dict(re.findall(r'data-column="([^"]+)">([^<]*)</td>', match.group(1)))
+
+
+def test_the_run_page_shows_table_1_with_each_benchmark_and_the_unweighted_average(browser, evaluated):
+    html = browser.get(reverse("runs:detail", kwargs={"run_id": evaluated.pk})).content.decode()
+    assert has_testid(html, "run-table") and 'data-step="final"' in html
+    assert table_cells(html, "em") == {"hotpotqa": "1.000", "nq": "0.250", "average": "0.625"}  # not 3/6 = 0.500
+    assert table_cells(html, "f1") == {"hotpotqa": "1.000", "nq": "0.250", "average": "0.625"}
+    assert '<option value="2">step 2</option>' in html and "Avg." in html
+
+
+def test_the_run_page_shows_table_1_of_a_chosen_step_and_says_why_it_cannot_show_another(browser, evaluated):
+    page = reverse("runs:detail", kwargs={"run_id": evaluated.pk})
+    at_two = browser.get(page, {"table_step": "2"}).content.decode()
+    assert 'data-step="2"' in at_two and table_cells(at_two, "em") == {"nq": "0.250", "average": "0.250"}
+    assert '<option value="2" selected>' in at_two
+    for asked in ("3", "two"):
+        html = browser.get(page, {"table_step": asked}).content.decode()
+        assert has_testid(html, "table-error") and 'data-step="final"' in html, asked
+    assert (
+        "no evaluation at step 3 (steps with evaluations: 2, 4)"
+        in browser.get(page, {"table_step": "3"}).content.decode()
+    )
+
+
+def test_a_run_without_evaluations_says_its_table_is_empty(browser, running):
+    html = browser.get(reverse("runs:detail", kwargs={"run_id": running.pk})).content.decode()
+    assert has_testid(html, "table-empty") and not has_testid(html, "run-table")
