@@ -63,8 +63,9 @@ def post(client, content, filename, **fields):
 
 
 def test_a_run_trains_on_uploaded_questions_and_corpus_and_is_evaluated_on_an_uploaded_benchmark(
-    alice, api, storage, tiny_data_dir, optimizer_gate, enqueued, django_capture_on_commit_callbacks
+    alice, api, client, storage, tiny_data_dir, optimizer_gate, enqueued, django_capture_on_commit_callbacks
 ):
+    page = client
     client = api(alice)
     passages = [
         {"id": f"p{i}", "contents": f'"{c}"\n{CAPITALS[i]} is the capital of {c}.'} for i, c in enumerate(COUNTRIES)
@@ -107,6 +108,9 @@ def test_a_run_trains_on_uploaded_questions_and_corpus_and_is_evaluated_on_an_up
     assert (INDEX_TASK, [job.pk], "cpu") in enqueued
     assert Run.objects.get(pk=run_id).status == Run.Status.QUEUED
     assert run_execute(run_id=run_id) == "waiting"  # asked again, it still waits for the same job
+    page.force_login(alice)
+    banner = page.get(f"/runs/{run_id}/").content.decode()
+    assert "Waiting for the bm25 index of" in banner and "data:wiki" in banner and "0 of … passages" in banner
     assert IndexJob.objects.count() == 1
 
     assert index_execute(job_id=job.pk) == "done"

@@ -23,6 +23,7 @@ from webapp.accounts.models import Role
 from webapp.accounts.permissions import acting_user, require_role, role_of
 from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
+from webapp.data.indexing import index_waits
 
 from . import heatmaps, selectors, services
 from .configs import PRESET_NAMES
@@ -195,6 +196,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "living": selectors.run_living_instructions(run=run),
         "control_requests": selectors.control_request_rows(run=run)[:50],
         "control_form": ControlForm(initial={"kind": "inject"}),
+        "index_waits": index_waits(run=run) if run.status == Run.Status.QUEUED else [],
     }
     return render(request, "runs/detail.html", context)
 

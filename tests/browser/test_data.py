@@ -1,0 +1,129 @@
+"""Bringing one's own data in a real browser, against a live server and a real Celery worker: upload a questions
+file (train, then its test split), a corpus and a benchmark from the Data page (its progress bar, then the dataset's
+page with its preview); start a quick-shaped run from the New run form that trains on them (the form's dropdowns
+offer them) and is evaluated on the uploaded benchmark and builtin; the worker builds the corpus's index, trains
+the tiny model, and the run page's Table 1 fills with two columns and their average."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.browser import test_dashboards_e2e as e2e
+from tests.browser.test_first_use import signed_in
+from tests.celery_worker import start_worker, wait_until_done
+from tests.workers.conftest import tiny_data_dir  # noqa: F401 - the tiny model's fixture
+from webapp.data.models import IndexJob
+from webapp.runs import tasks as run_tasks
+from webapp.runs.models import Run
+
+browser = e2e.browser
+
+COUNTRIES = ["Peru", "Chile", "Kenya", "Norway", "Japan", "Egypt", "Canada", "Brazil"]
+CAPITALS = ["Lima", "Santiago", "Nairobi", "Oslo", "Tokyo", "Cairo", "Ottawa", "Brasilia"]
+
+
+def write(path: Path, records: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def qa(indices: range, prefix: str) -> list[dict[str, object]]:
+    return [
+        {"id": f"{prefix}{i}", "question": f"What is the capital of {COUNTRIES[i]}?", "golden_answers": [CAPITALS[i]]}
+        for i in indices
+    ]
+
+
+def upload(page, file: Path, name: str, kind: str, split: str = "") -> None:
+    page.get_by_role("link", name="Data", exact=True).click()
+    page.wait_for_selector("#app[data-ready=true]")
+    page.fill("input[name=name]", name)
+    page.select_option("select[name=kind]", kind)
+    page.fill("input[name=split]", split)
+    page.set_input_files("input[name=file]", str(file))
+    page.get_by_test_id("upload").click()
+    page.wait_for_url("**/data/*/")
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table_fills(
+    browser,
+    live_server,
+    alice,
+    settings,
+    tmp_path,
+    tiny_data_dir,  # noqa: F811 - the fixture imported above
+    redis_url,
+    monkeypatch,
+):
+    import redis
+
+    store = tmp_path / "store"
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "data": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(store)}},
+    }
+    settings.INSPO_CACHE_DIR = tmp_path / "cache"
+    settings.INSPO_DATA_DIR = tiny_data_dir
+    settings.INSPO_SHARED_DATA_DIR = tiny_data_dir / "shared"
+    settings.INSPO_RUNS_DIR = tmp_path / "runs"
+    monkeypatch.setattr(run_tasks, "send", e2e.REAL_SEND)
+    redis.Redis.from_url(redis_url).flushdb()
+    worker = start_worker(
+        tmp_path,
+        env={
+            "CELERY_BROKER_URL": redis_url,
+            "INSPO_DATA_DIR": str(tiny_data_dir),
+            "INSPO_CACHE_DIR": str(tmp_path / "cache"),
+            "INSPO_DATA_STORAGE_OPTIONS": json.dumps({"location": str(store)}),
+        },
+    )
+    try:
+        pages = signed_in(browser, live_server, alice)
+        page = pages.page
+        passages = [
+            {"id": f"p{i}", "contents": f'"{c}"\n{CAPITALS[i]} is the capital of {c}.'} for i, c in enumerate(COUNTRIES)
+        ]
+        upload(page, write(tmp_path / "mine.jsonl", qa(range(6), "t")), "mine", "questions")
+        assert "What is the capital of Peru?" in page.get_by_test_id("preview").inner_text()
+        upload(page, write(tmp_path / "mine-test.jsonl", qa(range(6, 8), "x")), "mine", "questions", "test")
+        upload(page, write(tmp_path / "wiki.jsonl", passages), "wiki", "corpus")
+        upload(page, write(tmp_path / "bench.jsonl", qa(range(4), "b")), "bench", "questions", "test")
+        page.get_by_role("link", name="Data", exact=True).click()
+        assert page.get_by_test_id("dataset-row").count() == 3
+        pages.shoot("data-page")
+
+        page.get_by_role("link", name="New run").click()
+        page.wait_for_selector("#app[data-ready=true]")
+        page.fill("input[name=name]", "own data")
+        page.select_option("select[name=preset]", "quick")
+        page.select_option("select[name=dataset]", "data:mine")
+        page.select_option("select[name=corpus]", "data:wiki")
+        page.get_by_label("data:bench", exact=True).check()
+        page.get_by_label("builtin", exact=True).check()
+        page.fill("input[name=model]", str(tiny_data_dir / "shared" / "tiny-llama"))
+        page.select_option("select[name=optimizer_provider]", "rules")
+        page.fill("input[name=total_steps]", "2")
+        page.fill("textarea[name=overrides]", '{"eval.eval_samples": 4, "env.retriever": "bm25", "evolve_until": 2}')
+        page.get_by_role("button", name="Submit").click()
+        page.wait_for_url("**/runs/*/")
+        run = Run.objects.get(name="own data")
+        assert run.config["env"]["dataset"] == "data:mine@2" and run.config["env"]["corpus"] == "data:wiki@1"
+        assert run.config["eval"]["benchmarks"] == ["builtin", "data:bench@1"]
+
+        done = wait_until_done(run.pk, worker.process, worker.log)
+        assert done.status == Run.Status.FINISHED, f"{done.error}\n{worker.tail()}"
+        assert IndexJob.objects.get().status == IndexJob.Status.DONE
+        page.reload()
+        table = page.get_by_test_id("run-table")
+        headers = [h.strip() for h in table.locator("thead th").all_inner_texts()]
+        assert headers[0] == "Metric" and headers[-1] == "Avg." and set(headers[1:-1]) == {"data:bench@1", "builtin"}
+        em = table.get_by_test_id("table-row-em").locator("td").all_inner_texts()
+        assert len(em) == 3 and all(text.replace(".", "", 1).isdigit() for text in em)
+        pages.assert_no_errors("data page, run form and run page")
+    finally:
+        worker.stop()
