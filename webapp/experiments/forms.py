@@ -12,6 +12,7 @@ from django import forms
 from inspo_engine.experiments import BUILTIN_ARMS, MAX_BENCHMARKS
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
+from webapp.data.references import data_choices
 from webapp.runs.configs import PRESET_NAMES
 from webapp.runs.forms import OverridesField
 
@@ -66,6 +67,17 @@ class ExperimentForm(forms.Form):
     baseline = forms.ChoiceField(
         choices=ARM_CHOICES, initial="static", help_text="The arm the others are compared with."
     )
+    dataset = forms.ChoiceField(
+        required=False,
+        label="Training questions",
+        help_text="Every arm trains on them: the preset's (empty), builtin, your team's data or shared data.",
+    )
+    data_benchmarks = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Benchmarks from your data",
+        help_text="Their test split, beside the benchmarks named below (the Data page uploads them).",
+    )
     benchmarks = forms.CharField(
         required=False,
         initial="builtin",
@@ -91,9 +103,13 @@ class ExperimentForm(forms.Form):
         field.queryset = teams
         if teams.count() == 1:
             field.widget = forms.HiddenInput()
+        questions = data_choices(teams, "questions")
+        self.fields["dataset"].choices = [("", "(preset)"), ("builtin", "builtin"), *((q, q) for q in questions)]  # type: ignore[attr-defined]
+        self.fields["data_benchmarks"].choices = [(q, q) for q in questions]  # type: ignore[attr-defined]
 
     def clean_benchmarks(self) -> list[str]:
         names = [name.strip() for name in re.split(r"[,\n]", self.cleaned_data["benchmarks"]) if name.strip()]
+        names += [name for name in self.cleaned_data.get("data_benchmarks") or [] if name not in names]
         if len(names) > MAX_BENCHMARKS:
             raise forms.ValidationError(f"name at most {MAX_BENCHMARKS} benchmarks")
         return names or ["builtin"]
@@ -109,9 +125,12 @@ class ExperimentForm(forms.Form):
         """The experiment as the API takes it."""
         data = self.cleaned_data
         arms = [name for name, _ in ARM_CHOICES if name in data["arms"]]
+        overrides = dict(data["overrides"] or {})
+        if data.get("dataset"):
+            overrides["env.dataset"] = data["dataset"]
         return {
             "preset": data["preset"],
-            "overrides": data["overrides"] or {},
+            "overrides": overrides,
             "arms": arms,
             "seeds": data["seeds"],
             "baseline": data["baseline"],

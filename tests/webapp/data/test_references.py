@@ -136,3 +136,20 @@ def test_a_clone_keeps_the_version_its_source_pinned(alices_data):
     config = Run.objects.get(pk=clone.json()["id"]).config
     assert config["env"]["dataset"] == "data:mine@2" and config["eval"]["benchmarks"] == ["data:bench@1"]
     assert DatasetUse.objects.filter(run_id=clone.json()["id"]).count() == 2
+
+
+def test_the_experiment_form_offers_the_teams_data_and_its_runs_use_it(alices_data, alice, alice_team, client):
+    client.force_login(alice)
+    page = client.get("/experiments/new/").content.decode()
+    assert 'value="data:mine"' in page and 'value="data:bench"' in page and 'value="data:wiki"' not in page
+    form = {
+        "team": alice_team.pk, "name": "own", "preset": "smoke", "arms": ["static", "inspo"], "seeds": 1,
+        "baseline": "static", "dataset": "data:mine", "data_benchmarks": ["data:bench"], "benchmarks": "builtin",
+        "questions": 0,
+    }  # fmt: skip
+    response = client.post("/experiments/new/", form)
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    runs = Run.objects.filter(experiment__name="own")
+    assert runs.count() == 2
+    assert {r.config["env"]["dataset"] for r in runs} == {"data:mine@2"}
+    assert all(r.config["eval"]["benchmarks"] == ["builtin", "data:bench@1"] for r in runs)
