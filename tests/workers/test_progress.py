@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from inspo_engine.events import EvalCompleted
+from inspo_engine.redact import Redactor
 from tests.workers.test_fencing import step_completed
 from workers.progress import StepLog
 from workers.training import _sinks
@@ -42,5 +43,6 @@ def test_each_step_is_one_info_line_with_its_reward_tool_calls_and_seconds(caplo
 def test_a_training_run_emits_to_the_step_log_after_the_database():
     run = SimpleNamespace(pk=uuid.uuid4())
     watchdog = SimpleNamespace(emit=lambda event: None)
-    _, fanout = _sinks(run, None, watchdog)
+    _, recorded, fanout = _sinks(run, None, watchdog, Redactor([]))
     assert isinstance(fanout.sinks[-1], StepLog) and fanout.sinks[-1].run_id == run.pk
+    assert fanout.sinks[1] is recorded  # the database's events pass the redactor first
