@@ -39,7 +39,7 @@ decoder's last hidden state (Llama, Qwen2, Mistral, SmolLM2, …; not models wit
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -398,17 +398,26 @@ class RolloutWeights:
     """
 
     def __init__(self, policy: nn.Module, dtype: torch.dtype | None) -> None:
+        """A policy with LoRA adapters (peft) always gets a copy: its adapters merged into the weights (in `dtype`
+        when given), so decoding runs plain linear layers instead of each one's adapter branch beside it."""
         self.policy = policy
         params = list(policy.parameters())
         self.copy: nn.Module | None = None
-        if dtype is not None and any(p.dtype != dtype for p in params if p.is_floating_point()):
+        self._sources: list[tuple[nn.Parameter, Callable[[], torch.Tensor]]] = []
+        """Each copy parameter and what it is refreshed from."""
+        adapters = lora_layers(policy)
+        if adapters:
+            self.copy, self._sources = _merged_copy(policy, adapters, dtype)
+        elif dtype is not None and any(p.dtype != dtype for p in params if p.is_floating_point()):
             with torch.inference_mode(False), torch.no_grad():  # ordinary tensors, so that later refreshes may write
                 # the memo hands deepcopy the converted parameters, so the policy's float32 weights are never
                 # duplicated; tied parameters stay tied
                 memo = {id(p): nn.Parameter(p.to(dtype) if p.is_floating_point() else p.clone(), False) for p in params}
                 self.copy = copy.deepcopy(policy, memo).eval()
-                if dtype == torch.bfloat16 and all(p.device.type == "cpu" for p in params) and _onednn_bfloat16():
-                    _pack_linear_layers(self.copy)
+            self._sources = [(mine, _same(theirs)) for mine, theirs in zip(self.copy.parameters(), params, strict=True)]
+        on_cpu = all(p.device.type == "cpu" for p in params)
+        if self.copy is not None and dtype == torch.bfloat16 and on_cpu and _onednn_bfloat16():
+            _pack_linear_layers(self.copy)
         self._seen = self._fingerprint()
         self._released = False
 
@@ -420,11 +429,11 @@ class RolloutWeights:
         seen = self._fingerprint()
         if seen != self._seen or self._released:
             with torch.inference_mode(False), torch.no_grad():
-                for mine, theirs in zip(self.copy.parameters(), self.policy.parameters(), strict=True):
+                for mine, source in self._sources:
                     if self._released:
-                        mine.data = theirs.detach().to(mine.dtype)
+                        mine.data = source().detach().to(mine.dtype)
                     else:
-                        mine.copy_(theirs)
+                        mine.copy_(source())
                 for module in self.copy.modules():
                     if isinstance(module, _PackedLinear):
                         module.pack()
@@ -446,6 +455,56 @@ class RolloutWeights:
     def _fingerprint(self) -> tuple[tuple[int, int], ...]:
         """Where each policy parameter's data lives and its version counter (which every in-place write bumps)."""
         return tuple((p.data_ptr(), p._version) for p in self.policy.parameters())
+
+
+def _same(tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: tensor
+
+
+def lora_layers(policy: nn.Module) -> dict[str, Any]:
+    """peft's LoRA layers of `policy` by their name in its base model ({} for a model without adapters)."""
+    from peft import PeftModel
+    from peft.tuners.lora import LoraLayer
+
+    if not isinstance(policy, PeftModel):
+        return {}
+    base = policy.get_base_model()
+    return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
+
+
+def _merged_copy(
+    policy: Any, adapters: dict[str, Any], dtype: torch.dtype | None
+) -> tuple[nn.Module, list[tuple[nn.Parameter, Callable[[], torch.Tensor]]]]:
+    """A plain copy of a LoRA policy with its adapters merged (peft's `merge_and_unload` on a copy), in `dtype` when
+    given, and what each of its parameters is refreshed from: W + ΔW of the adapters for a LoRA layer's weight, the
+    base model's own parameter for the rest (frozen under LoRA, but read again all the same)."""
+    base = policy.get_base_model()
+    with torch.inference_mode(False), torch.no_grad():
+        merged: nn.Module = copy.deepcopy(policy).merge_and_unload().eval()
+        merged.requires_grad_(False)
+        if dtype is not None:
+            merged.to(dtype)
+    sources: list[tuple[nn.Parameter, Callable[[], torch.Tensor]]] = []
+    for name, param in merged.named_parameters():
+        module, _, leaf = name.rpartition(".")
+        layer = adapters.get(module)
+        if layer is None:
+            sources.append((param, _same(base.get_parameter(name))))
+        elif leaf == "weight":
+            sources.append((param, _merged_weight(layer)))
+        else:
+            sources.append((param, _same(getattr(layer.base_layer, leaf))))
+    return merged, sources
+
+
+def _merged_weight(layer: Any) -> Callable[[], torch.Tensor]:
+    return lambda: layer.base_layer.weight + _lora_delta(layer)
+
+
+def _lora_delta(layer: Any) -> torch.Tensor:
+    """ΔW = scale · B A of the layer's active adapters (peft's own `get_delta_weight`)."""
+    deltas = [layer.get_delta_weight(name) for name in layer.active_adapters if name in layer.lora_A]
+    return torch.stack(deltas).sum(0) if len(deltas) > 1 else deltas[0]
 
 
 class _PackedLinear(nn.Module):

@@ -690,3 +690,47 @@ def test_a_rollout_whose_last_turn_is_cut_at_the_token_budget_is_marked_truncate
     assert (cut.turns, cut.answer, cut.truncated) == (2, None, True)
     assert (recovered.turns, recovered.answer, recovered.truncated) == (2, "4", False)
     assert (answered.turns, answered.truncated) == (1, False)
+
+
+def _tiny_lora(rank: int = 4) -> Any:
+    """A 2-layer random Llama with LoRA adapters whose B is not zero (so the adapters change the logits)."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )  # fmt: skip
+    lora = LoraConfig(r=rank, lora_alpha=2 * rank, target_modules="all-linear", lora_dropout=0.0)
+    policy = get_peft_model(LlamaForCausalLM(config), lora)
+    with torch.no_grad():
+        for name, param in policy.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.2)
+    return policy
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_a_lora_policy_rolls_out_on_its_merged_weights_refreshed_after_each_update(dtype):
+    policy = _tiny_lora()
+    weights = RolloutWeights(policy, dtype)
+    merged = weights.current()
+    assert merged is not policy and not any("lora_" in name for name, _ in merged.named_parameters())
+    ids = torch.randint(0, 97, (2, 9))
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if dtype is None else {"atol": 0.08, "rtol": 0.05}
+
+    def same_logits() -> None:
+        with torch.no_grad():
+            expected = policy(input_ids=ids).logits
+            torch.testing.assert_close(weights.current()(input_ids=ids).logits.float(), expected, **tolerance)
+
+    same_logits()
+    with torch.no_grad():  # an optimizer step on the adapters
+        for name, param in policy.named_parameters():
+            if "lora_" in name:
+                param.add_(torch.randn_like(param) * 0.1)
+    same_logits()  # refreshed: W + ΔW of the new adapters
+    weights.release()
+    same_logits()  # rebuilt after a release, the same way
