@@ -3,56 +3,64 @@ SmolLM2-135M-Instruct with every weight (full), through peft's model with rank-1
 (unmerged: each linear layer runs its adapter branch beside it), and through the merged copy the rollout engine now
 reads (`RolloutWeights`); interleaved rounds in one process, two threads. Prints each one's median and minimum.
 
-    .venv/bin/python bench/lora_rollout.py
+    .venv/bin/python bench/lora_rollout.py [--rounds 4]
 """
 
-import sys
-from pathlib import Path
+from __future__ import annotations
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import argparse
 import copy
 import statistics
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
-from peft import LoraConfig, get_peft_model
 
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
-from inspo_engine.backends.torch.rollout import RolloutWeights
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-torch.set_num_threads(2)
-base, tok = load_policy(
-    resolve_model(SMOLLM2, Path("cache") / "test-models"), device=torch.device("cpu"), dtype=torch.float32
-)
-full = copy.deepcopy(base).eval()
-peft = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")).eval()
-merged = RolloutWeights(peft, None).current()
-ids = torch.randint(0, 1000, (16, 48))
+from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.rollout import RolloutWeights  # noqa: E402
+
+BATCH, PROMPT, STEPS = 16, 48, 24
 
 
-def decode(model, steps=24):
+def decode(model: Any, ids: torch.Tensor) -> None:
     with torch.no_grad():
         out = model(input_ids=ids, use_cache=True)
-        past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
-        for _ in range(steps):
-            out = model(input_ids=nxt, past_key_values=past, use_cache=True)
-            past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
+        for _ in range(STEPS):
+            out = model(input_ids=token, past_key_values=past, use_cache=True)
+            past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
 
 
-times = {"full": [], "lora unmerged": [], "lora merged": []}
-for _ in range(4):
-    for name, model in (("full", full), ("lora unmerged", peft), ("lora merged", merged)):
-        t = time.perf_counter()
-        decode(model)
-        times[name].append(time.perf_counter() - t)
-for name, ts in times.items():
-    print(
-        f"{name:14s} median {statistics.median(ts):.2f} s  min {min(ts):.2f} s  (4 rounds, prefill 16x48 + 24 decode steps)"
-    )
-print(
-    "unmerged/full",
-    round(statistics.median(times["lora unmerged"]) / statistics.median(times["full"]), 2),
-    "merged/full",
-    round(statistics.median(times["lora merged"]) / statistics.median(times["full"]), 2),
-)
+def main() -> None:
+    from peft import LoraConfig, get_peft_model
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4)
+    rounds = parser.parse_args().rounds
+    torch.set_num_threads(2)
+    path = resolve_model(SMOLLM2, Path("cache") / "test-models")
+    base, _ = load_policy(path, device=torch.device("cpu"), dtype=torch.float32)
+    full = copy.deepcopy(base).eval()
+    adapters = get_peft_model(base, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear")).eval()
+    models = {"full": full, "lora unmerged": adapters, "lora merged": RolloutWeights(adapters, None).current()}
+    ids = torch.randint(0, 1000, (BATCH, PROMPT))
+    times: dict[str, list[float]] = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            started = time.perf_counter()
+            decode(model, ids)
+            times[name].append(time.perf_counter() - started)
+    reference = statistics.median(times["full"])
+    print(f"| weights ({rounds} rounds, prefill {BATCH}x{PROMPT} + {STEPS} steps) | median | min | against full |")
+    print("|---|---|---|---|")
+    for name, measured in times.items():
+        median = statistics.median(measured)
+        print(f"| {name} | {median:.2f} s | {min(measured):.2f} s | {median / reference:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
