@@ -20,8 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
-from inspo_engine.backends.torch.rollout import RolloutWeights  # noqa: E402
+from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
+from inspo_engine.backends.torch.rollout import RolloutWeights
 
 BATCH, PROMPT, STEPS = 16, 48, 24
 
