@@ -7,7 +7,7 @@ REQS := requirements/engine.txt requirements/models.txt requirements/web.txt req
 STAMP := $(VENV)/.installed-$(shell cat $(REQS) 2>/dev/null | sha1sum | cut -c1-12)
 RUN_DIR ?= runs/cpu-demo
 
-.PHONY: install run test lint format demo smoke clean frontend frontend-test browser docs
+.PHONY: install run test test-fast lint format demo smoke clean frontend frontend-test browser docs
 
 install: $(STAMP)
 
@@ -40,6 +40,21 @@ format: install
 # Vitest for the dashboards' data transforms, then the Python suite (which drives the built pages in chromium).
 test: lint frontend-test frontend browser docs
 	$(PY) -m pytest --durations=30
+
+# The fast tier, to run before every commit (docs/development.md, "The tiers"): the Python suite without the tests
+# marked slow, gpu, browser, weights, verl or torch; tests/conftest.py sets most of these marks from a test's folder
+# and fixtures. The markers choose the tests; FAST_IGNORE (tests/conftest.py's VERL_PATHS and TORCH_PATHS) only
+# spares the collection the import of verl, torch and transformers, tens of seconds on their own. --nomigrations
+# builds the test database from the models (1.5 s instead of 5.5 s of migrations); `make test` migrates.
+# Compiled bytecode goes to .venv/pycache even where PYTHONDONTWRITEBYTECODE is set (as in this shell): without it
+# every run compiles the project and rewrites the tests' asserts again, about 10 s. The source tree gets no .pyc.
+FAST_MARKERS := not (slow or gpu or browser or weights or verl or torch)
+FAST_IGNORE := tests/engine/verl inspo_engine/backends/verl tests/workers/test_gpu_task.py tests/engine/torch_backend \
+	inspo_engine/backends/torch tests/engine/test_losses.py tests/engine/test_machine.py tests/engine/test_evaluate.py \
+	tests/engine/test_optimizers_local.py
+test-fast: install
+	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache $(PY) -m pytest -m "$(FAST_MARKERS)" \
+		$(addprefix --ignore=,$(FAST_IGNORE)) --nomigrations --durations=15 $(PYTEST_ARGS)
 
 # The documentation site (mkdocs-material) into site/; --strict turns a broken link or a missing page into a failure.
 docs: install

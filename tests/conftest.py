@@ -71,6 +71,56 @@ else:
     _settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # fast, for tests only
 
 
+# -- the tiers: what `make test-fast` leaves out ---------------------------------------------------------------
+
+WEIGHTS_FIXTURES = frozenset({"smollm2", "smollm2_dir", "tokenizer", "tiny_model", "tiny_data_dir"})
+"""Fixtures that need SmolLM2's files: its weights, or its tokenizer (dequantised from the packaged GGUF file into
+cache/test-models on first use)."""
+TRAINING_FIXTURES = frozenset(
+    {"smoke_cli_run", "worker", "start_worker", "scripted_run", "worker_settings", "cli_runs"}
+)
+"""Fixtures that train a run: the CLI, real Celery workers, or the worker's or the CLI's code path in this process on
+the scripted policy (seconds each)."""
+BROWSER_DIR = ROOT / "tests" / "browser"
+VERL_PATHS = tuple(
+    ROOT / path for path in ("tests/engine/verl", "inspo_engine/backends/verl", "tests/workers/test_gpu_task.py")
+)
+"""Where every module imports verl, which takes seconds on its own."""
+TORCH_PATHS = tuple(
+    ROOT / path
+    for path in (
+        "tests/engine/torch_backend",
+        "inspo_engine/backends/torch",
+        "tests/engine/test_losses.py",
+        "tests/engine/test_machine.py",
+        "tests/engine/test_evaluate.py",
+        "tests/engine/test_optimizers_local.py",
+    )
+)
+"""Where every module imports torch and transformers, which take seconds on their own. The Makefile's test-fast
+leaves these and VERL_PATHS out of its collection (FAST_IGNORE), so a path added here is added there too."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark by where a test lives and what it uses, so that a test there or with those fixtures needs no mark by
+    hand: `browser` under tests/browser/, `verl` and `torch` under their PATHS, `weights` for a test that uses one of
+    WEIGHTS_FIXTURES (directly or through another fixture), `slow` for one of TRAINING_FIXTURES. Other tests of half
+    a second or more carry `@pytest.mark.slow` (MiniLM's `weights`) themselves; docs/development.md has the tiers."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if item.path.is_relative_to(BROWSER_DIR):
+            item.add_marker(pytest.mark.browser)
+        if any(item.path.is_relative_to(path) for path in VERL_PATHS):
+            item.add_marker(pytest.mark.verl)
+        if any(item.path.is_relative_to(path) for path in TORCH_PATHS):
+            item.add_marker(pytest.mark.torch)
+        if used & WEIGHTS_FIXTURES:
+            item.add_marker(pytest.mark.weights)
+        if used & TRAINING_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings() -> None:
     """Runs before the test database is made: web tests need PostgreSQL, not the SQLite fallback."""

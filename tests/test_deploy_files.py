@@ -82,6 +82,7 @@ def compose_value(raw: object) -> str:
     return re.sub(r"\$\{(\w+)(:-|:\?)?([^}]*)\}", substitute, str(raw))
 
 
+@pytest.mark.slow
 def test_check_deploy_with_the_compose_environment_warns_of_nothing(tmp_path):
     env = {name: compose_value(value) for name, value in SERVICES["web"]["environment"].items()}
     env |= {"PATH": os.environ["PATH"], "INSPO_STATE_DIR": str(tmp_path), "DJANGO_STATIC_ROOT": str(tmp_path)}

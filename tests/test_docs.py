@@ -59,6 +59,7 @@ def test_the_configuration_page_gives_each_field_its_docstring_and_bound() -> No
     assert gen.markdown_text(documented["group_size"]) in row
 
 
+@pytest.mark.slow
 def test_every_field_has_a_docstring_for_the_reference() -> None:
     gen = _docs_module("gen_config")
     undocumented = []
@@ -138,6 +139,7 @@ def test_every_event_kind_is_on_the_events_page() -> None:
     assert not [kind for kind in kinds if f"`{kind}`" not in page]
 
 
+@pytest.mark.slow
 def test_the_site_builds_with_mkdocs_strict(tmp_path: Path) -> None:
     if shutil.which("mkdocs", path=str(Path(sys.executable).parent)) is None:
         pytest.fail("mkdocs is not installed in this environment: make install (requirements/dev.txt)")

@@ -31,6 +31,7 @@ def _country_of(question_id: str) -> set[str]:
     return {e.rsplit("-", 1)[-1] for e in builtin_dataset().evidence[question_id]}
 
 
+@pytest.mark.slow
 def test_it_builds_the_same_dataset_in_processes_with_different_hash_seeds():
     assert _digest_in_fresh_process("1") == _digest_in_fresh_process("4242")
 

@@ -71,6 +71,7 @@ def kept(tmp_path):
     return {p.name: (p / OPTIMIZER_DIR).is_dir() for p in sorted((tmp_path / "checkpoints").iterdir())}
 
 
+@pytest.mark.slow
 def test_a_finished_run_keeps_its_policies_and_states_but_no_optimizer_state(tmp_path):
     sink = ListSink()
     train(tmp_path, config(), sink)
@@ -87,6 +88,7 @@ def test_a_finished_run_keeps_its_policies_and_states_but_no_optimizer_state(tmp
         )
 
 
+@pytest.mark.slow
 def test_a_stopped_run_keeps_the_optimizer_state_of_its_newest_checkpoint_and_resumes_from_it(tmp_path):
     result = train(tmp_path, config(), ListSink(), stop_after=3)
     assert result.status == "cancelled"
@@ -100,6 +102,7 @@ def test_a_stopped_run_keeps_the_optimizer_state_of_its_newest_checkpoint_and_re
         resumed.load_checkpoint(checkpoint_path(tmp_path, 2))
 
 
+@pytest.mark.slow
 def test_all_keeps_the_optimizer_state_in_every_checkpoint(tmp_path):
     sink = ListSink()
     train(tmp_path, config(optimizer_state="all", keep_last=2), sink)

@@ -59,6 +59,7 @@ def make_loop(config, optimizer, sink=None, backend=None, **kwargs):
     )
 
 
+@pytest.mark.slow
 def test_reflection_with_verification_beats_the_static_baseline_in_the_same_steps(gemini):
     config = RunConfig.from_dict(SMALL)
     inspo = make_loop(config, gemini).run()
@@ -72,6 +73,7 @@ def test_reflection_with_verification_beats_the_static_baseline_in_the_same_step
     assert success_rate(inspo.best_instruction.text) > success_rate(static.best_instruction.text) + 0.2
 
 
+@pytest.mark.slow
 def test_verification_keeps_harmful_candidates_out(gemini):
     config = RunConfig.from_dict(SMALL)
     sink = ListSink()
@@ -85,6 +87,7 @@ def test_verification_keeps_harmful_candidates_out(gemini):
         assert not kept or not left or min(kept) >= max(left)
 
 
+@pytest.mark.slow
 def test_a_candidate_that_drops_a_required_tag_is_rejected_with_the_reason(gemini):
     sink = ListSink()
     make_loop(RunConfig.from_dict(SMALL), gemini, sink).run()
@@ -92,6 +95,7 @@ def test_a_candidate_that_drops_a_required_tag_is_rejected_with_the_reason(gemin
     assert any("</search>" in (c.reason or "") for c in rejected)
 
 
+@pytest.mark.slow
 def test_the_schedule_prunes_every_k_p_and_evolves_every_k_e_until_t_e(gemini):
     config = RunConfig.from_dict(SMALL)
     sink = ListSink()
@@ -105,6 +109,7 @@ def test_the_schedule_prunes_every_k_p_and_evolves_every_k_e_until_t_e(gemini):
     assert [s.step for s in steps] == list(range(1, 46))
 
 
+@pytest.mark.slow
 def test_the_critique_and_the_failures_shown_are_kept_with_each_child(gemini):
     sink = ListSink()
     make_loop(RunConfig.from_dict(SMALL), gemini, sink).run()
@@ -120,6 +125,7 @@ def test_the_critique_and_the_failures_shown_are_kept_with_each_child(gemini):
         assert child.verify_score is not None
 
 
+@pytest.mark.slow
 def test_overhead_counts_verification_against_training_rollouts(gemini):
     config = RunConfig.from_dict(SMALL)
     sink = ListSink()
@@ -135,6 +141,7 @@ def test_overhead_counts_verification_against_training_rollouts(gemini):
     assert finished.overhead.optimizer_tokens == 150 * finished.overhead.optimizer_calls
 
 
+@pytest.mark.slow
 def test_without_verification_candidates_join_unscored(gemini):
     config = RunConfig.from_dict(SMALL).with_overrides({"evolution.verify": False})
     sink = ListSink()
@@ -144,6 +151,7 @@ def test_without_verification_candidates_join_unscored(gemini):
     assert children and all(c.verify_score is None for c in children)
 
 
+@pytest.mark.slow
 def test_without_pruning_the_population_stays_full(gemini):
     config = RunConfig.from_dict(SMALL).with_overrides({"population.prune": False, "evolution.enabled": False})
     sink = ListSink()
@@ -152,6 +160,7 @@ def test_without_pruning_the_population_stays_full(gemini):
 
 
 @pytest.mark.parametrize("proposer", ["paraphrase", "history"])
+@pytest.mark.slow
 def test_the_other_proposers_drive_evolution_too(gemini, proposer):
     config = RunConfig.from_dict(SMALL).with_overrides({"evolution.proposer": proposer})
     sink = ListSink()
@@ -161,6 +170,7 @@ def test_the_other_proposers_drive_evolution_too(gemini, proposer):
 
 
 @pytest.mark.parametrize(("mode", "phases"), [("pre", ["optimise", "train"]), ("post", ["train", "optimise"])])
+@pytest.mark.slow
 def test_instructions_can_be_optimised_before_or_after_rl_instead_of_online(gemini, mode, phases):
     config = RunConfig.from_dict(SMALL).with_overrides({"mode": mode})
     assert [p.name for p in phases_for(config)] == phases
@@ -179,6 +189,7 @@ def test_instructions_can_be_optimised_before_or_after_rl_instead_of_online(gemi
         assert train_sizes == {1}
 
 
+@pytest.mark.slow
 def test_a_spent_budget_stops_evolution_with_an_event_and_training_goes_on(gemini):
     config = RunConfig.from_dict(SMALL).with_overrides({"optimizer.max_calls": 2})
     sink = ListSink()
@@ -188,6 +199,7 @@ def test_a_spent_budget_stops_evolution_with_an_event_and_training_goes_on(gemin
     assert result.status == "finished" and len(sink.of(StepCompleted)) == 45
 
 
+@pytest.mark.slow
 def test_a_failing_optimizer_is_reported_and_training_goes_on(httpserver):
     body = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
     httpserver.expect_request(GENERATE, method="POST").respond_with_json(body, status=500)
@@ -213,6 +225,7 @@ RESUME = {
 }
 
 
+@pytest.mark.slow
 def test_six_steps_straight_equal_three_then_resume_then_three(gemini, tmp_path):
     config = RunConfig.from_dict(RESUME)
     straight_backend = ScriptedBackend(seed=5)
@@ -237,6 +250,7 @@ def test_six_steps_straight_equal_three_then_resume_then_three(gemini, tmp_path)
     assert result.best_instruction == straight.best_instruction
 
 
+@pytest.mark.slow
 def test_events_go_to_a_jsonl_file_and_read_back_the_same(gemini, tmp_path):
     config = RunConfig.from_dict(RESUME)
     path = tmp_path / "events.jsonl"
@@ -268,6 +282,7 @@ def test_events_go_to_a_jsonl_file_and_read_back_the_same(gemini, tmp_path):
     } <= kinds
 
 
+@pytest.mark.slow
 def test_each_stage_is_announced_before_its_work_so_a_hang_can_be_placed(gemini, tmp_path):
     config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 3})
     sink = ListSink()
@@ -282,6 +297,7 @@ def test_each_stage_is_announced_before_its_work_so_a_hang_can_be_placed(gemini,
     assert kinds.index("step_completed") > first_rollout
 
 
+@pytest.mark.slow
 def test_a_loop_that_no_longer_owns_its_run_stops_without_a_checkpoint_or_a_failure_event(gemini, tmp_path):
     """Another process took the run over: the next checkpoint is not written, and nothing says the run failed."""
     config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 2})
@@ -301,6 +317,7 @@ def test_a_loop_that_no_longer_owns_its_run_stops_without_a_checkpoint_or_a_fail
     assert not sink.of(RunFailed) and not sink.of(RunFinished)
 
 
+@pytest.mark.slow
 def test_checkpoints_hold_the_policy_and_the_loop_state_and_old_ones_are_dropped(gemini, tmp_path):
     config = RunConfig.from_dict(RESUME).with_overrides({"checkpoint.checkpoint_every": 1, "checkpoint.keep_last": 2})
     sink = ListSink()
@@ -341,6 +358,7 @@ def random_pool_run(tmp_path, **overrides):
     return config, sink, backend, result
 
 
+@pytest.mark.slow
 def test_random_pool_draws_as_many_instructions_as_inspos_population_once_before_step_0(tmp_path):
     config, sink, _, _ = random_pool_run(tmp_path)
     added = sink.of(InstructionAdded)
@@ -352,6 +370,7 @@ def test_random_pool_draws_as_many_instructions_as_inspos_population_once_before
     assert sizes == {4}
 
 
+@pytest.mark.slow
 def test_random_pool_is_never_pruned_evolved_or_verified(tmp_path):
     _, sink, _, result = random_pool_run(tmp_path)
     assert len(sink.of(StepCompleted)) == 45
@@ -360,6 +379,7 @@ def test_random_pool_is_never_pruned_evolved_or_verified(tmp_path):
     assert result.status == "finished"
 
 
+@pytest.mark.slow
 def test_random_pool_samples_uniformly_and_its_weights_never_change(tmp_path):
     _, sink, backend, result = random_pool_run(tmp_path)
     for event in sink.of(PopulationChanged):
@@ -374,6 +394,7 @@ def test_random_pool_samples_uniformly_and_its_weights_never_change(tmp_path):
     assert result.best_instruction.origin == "seed"  # I* is not chosen by reward either
 
 
+@pytest.mark.slow
 def test_the_same_seed_replays_the_same_random_pool_samples(tmp_path):
     first = random_pool_run(tmp_path)[2].requests
     again = random_pool_run(tmp_path)[2].requests
@@ -383,6 +404,7 @@ def test_the_same_seed_replays_the_same_random_pool_samples(tmp_path):
 # -- evaluation keeps every question --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_evaluation_keeps_each_questions_id_em_f1_and_answer_in_events_and_the_run_directory(tmp_path):
     from inspo_engine.coevolution import evaluation_file, read_answers
     from inspo_engine.events import EvalCompleted, event_from_dict

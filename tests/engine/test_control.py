@@ -102,6 +102,7 @@ def run_with_requests(config, optimizer, run_dir, requests_after, *, steps=None,
     return loop, loop.run()
 
 
+@pytest.mark.slow
 def test_a_verified_injection_joins_before_the_next_step_as_human_with_its_author(gemini, tmp_path):
     sink = ListSink()
     loop, _ = run_with_requests(
@@ -121,6 +122,7 @@ def test_a_verified_injection_joins_before_the_next_step_as_human_with_its_autho
     assert loop.population.get(handled.instruction_id).author == "ada"
 
 
+@pytest.mark.slow
 def test_an_injection_that_scores_below_the_best_is_rejected_and_changes_nothing(gemini, tmp_path):
     sink = ListSink()
     loop, _ = run_with_requests(
@@ -134,6 +136,7 @@ def test_an_injection_that_scores_below_the_best_is_rejected_and_changes_nothing
     assert len(loop.population) == 3
 
 
+@pytest.mark.slow
 def test_an_injection_waits_for_questions_to_verify_on_and_one_without_verification_joins_at_once(gemini, tmp_path):
     send(tmp_path, "verified", Inject(GOOD, "ada"))
     send(tmp_path, "unverified", Inject("Answer in one word.", "bo", verify=False))
@@ -150,6 +153,7 @@ def test_an_injection_waits_for_questions_to_verify_on_and_one_without_verificat
     assert "unverified" in handled["unverified"].message
 
 
+@pytest.mark.slow
 def test_a_verified_injection_must_keep_the_protocol_tags_an_unverified_one_need_not(gemini, tmp_path):
     send(tmp_path, "1", Inject("Just answer.", "ada"))
     sink = ListSink()
@@ -169,6 +173,7 @@ def test_a_verified_injection_must_keep_the_protocol_tags_an_unverified_one_need
         (Inject("x" * 20_001, "ada", verify=False), "at most 20000"),
     ],
 )
+@pytest.mark.slow
 def test_requests_that_name_nothing_or_carry_nothing_are_rejected_with_the_reason(gemini, tmp_path, action, says):
     send(tmp_path, "1", action)
     sink = ListSink()
@@ -179,6 +184,7 @@ def test_requests_that_name_nothing_or_carry_nothing_are_rejected_with_the_reaso
     assert handled.status == "rejected" and says in handled.message
 
 
+@pytest.mark.slow
 def test_retire_by_hand_refuses_a_pinned_one_and_the_last_one(gemini, tmp_path):
     config = RunConfig.from_dict(SMALL).with_overrides(
         {"population.population_size": 2, "population.initial_instructions": [f"{TAGS} Answer carefully."]}
@@ -216,6 +222,7 @@ def test_retire_by_hand_refuses_a_pinned_one_and_the_last_one(gemini, tmp_path):
     assert [m.id for m in loop.population.members] == ["ins-0000"]
 
 
+@pytest.mark.slow
 def test_an_injection_into_a_full_population_retires_the_lowest_weight_unpinned_member_and_says_so(gemini, tmp_path):
     send(tmp_path, "pin", Pin("ins-0002", "ada"))
     send(tmp_path, "full", Inject("Answer briefly.", "ada", verify=False))
@@ -235,6 +242,7 @@ def test_an_injection_into_a_full_population_retires_the_lowest_weight_unpinned_
     assert ("ins-0001", "retired to make room for an instruction injected by ada") in pruned
 
 
+@pytest.mark.slow
 def test_a_full_population_whose_members_are_all_pinned_refuses_an_injection(gemini, tmp_path):
     for member in ("ins-0000", "ins-0001", "ins-0002"):
         send(tmp_path, f"pin-{member}", Pin(member, "ada"))
@@ -288,6 +296,7 @@ def test_a_pinned_best_instruction_does_not_stand_in_for_the_parents_pruning_kee
     assert [m.id for m in population.members] == ["ins-0000", "ins-0001"]
 
 
+@pytest.mark.slow
 def test_a_pinned_instruction_keeps_its_slot_through_evolution_and_pruning_in_a_run(tmp_path):
     config = preset("paper").with_overrides(
         {
@@ -335,6 +344,7 @@ REQUESTS_AFTER = {
 }
 
 
+@pytest.mark.slow
 def test_the_handled_requests_are_part_of_the_saved_state(gemini, tmp_path):
     run_with_requests(RunConfig.from_dict(RESUME), gemini, tmp_path, REQUESTS_AFTER)
     state = json.loads((tmp_path / "checkpoints" / "step-000006" / "inspo_state.json").read_text())
@@ -342,6 +352,7 @@ def test_the_handled_requests_are_part_of_the_saved_state(gemini, tmp_path):
     assert any(i["origin"] == "human" and i["author"] == "ada" for i in state["population"]["archive"])
 
 
+@pytest.mark.slow
 def test_a_resumed_run_replays_each_request_before_the_step_it_was_handled_before(gemini, tmp_path):
     """Straight: requests arrive live. Interrupted: the attempt dies after step 5 (its requests 3 and 4 were
     handled before step 5, after the checkpoint of step 3); the next attempt starts from that checkpoint with every
@@ -388,6 +399,7 @@ def test_a_request_is_read_back_from_its_wire_form_and_a_bad_one_is_invalid():
     assert request_from_dict({"kind": "retire"}, "line-3").id == "line-3"
 
 
+@pytest.mark.slow
 def test_the_command_line_queues_requests_in_the_run_directory_and_lists_their_outcomes(gemini, tmp_path, capsys):
     assert main(["control", "--out", str(tmp_path), "--author", "ada", "inject", "Answer briefly.", "--no-verify"]) == 0
     assert main(["control", "--out", str(tmp_path), "pin", "ins-0001"]) == 0

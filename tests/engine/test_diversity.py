@@ -67,6 +67,7 @@ def test_the_alarm_needs_k_consecutive_steps_and_a_healthy_record_resets_the_cou
     assert again.observe(8, []) == "recovered" and again.collapsed_since is None
 
 
+@pytest.mark.weights
 def test_minilm_puts_near_copies_of_the_seed_closer_than_unrelated_instructions():
     embedded = minilm_embed([*NEAR_COPIES, PIRATE, ONE_WORD])
     assert all(math.isclose(sum(x * x for x in v), 1.0, rel_tol=1e-4) for v in embedded)
@@ -76,6 +77,7 @@ def test_minilm_puts_near_copies_of_the_seed_closer_than_unrelated_instructions(
     assert strategy_count(embedded, 0.9) == 3, "the three copies are one strategy; the pirate and one-word are two"
 
 
+@pytest.mark.weights
 def test_the_embeddings_come_from_the_dense_retrievers_loaded_model():
     minilm_embed(["load it once"])
     loaded = retrievers._encoder.cache_info().currsize
@@ -85,6 +87,7 @@ def test_the_embeddings_come_from_the_dense_retrievers_loaded_model():
     assert retrievers._encoder.cache_info().currsize == loaded
 
 
+@pytest.mark.weights
 def test_a_tracker_embeds_each_text_once():
     calls = []
 
@@ -130,6 +133,7 @@ def run_loop(config, sink, **kwargs):
     return loop, loop.run()
 
 
+@pytest.mark.weights
 def test_every_population_record_is_followed_by_its_diversity():
     sink = ListSink()
     run_loop(config_with([PIRATE, ONE_WORD]), sink)
@@ -144,6 +148,7 @@ def test_every_population_record_is_followed_by_its_diversity():
     assert not sink.of(PopulationCollapsed)
 
 
+@pytest.mark.weights
 def test_near_copies_trip_the_alarm_after_k_steps_once():
     sink = ListSink()
     run_loop(config_with(NEAR_COPIES[1:]), sink)
@@ -152,6 +157,7 @@ def test_near_copies_trip_the_alarm_after_k_steps_once():
     assert "cosine" in alarm.reasons and alarm.cosine_min >= 0.95 and alarm.collapse_cosine == 0.95
 
 
+@pytest.mark.weights
 def test_sampling_that_settles_on_one_instruction_trips_the_entropy_alarm():
     good = SEED_INSTRUCTION + " Always search before answering, check the passages and use the exact name."
     config = config_with([PIRATE, good], temperature=0.02, collapse_cosine=0.999)
@@ -161,6 +167,7 @@ def test_sampling_that_settles_on_one_instruction_trips_the_entropy_alarm():
     assert alarm.reasons == ["entropy"] and alarm.entropy_normalised <= 0.05
 
 
+@pytest.mark.weights
 def test_a_resumed_run_trips_the_alarm_where_an_uninterrupted_one_does(tmp_path):
     config = config_with(NEAR_COPIES[1:], collapse_steps=4)
     straight = ListSink()
@@ -183,6 +190,7 @@ def test_a_resumed_run_trips_the_alarm_where_an_uninterrupted_one_does(tmp_path)
     )
 
 
+@pytest.mark.slow
 def test_diversity_off_measures_nothing():
     sink = ListSink()
     run_loop(config_with(NEAR_COPIES[1:], diversity=False), sink)

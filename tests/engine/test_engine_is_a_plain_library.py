@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ENGINE = Path(__file__).resolve().parents[2] / "inspo_engine"
 
 
@@ -19,6 +21,7 @@ def test_no_engine_module_imports_the_web_stack():
     assert offenders == []
 
 
+@pytest.mark.slow
 def test_importing_every_engine_module_loads_no_web_stack():
     code = (
         "import importlib, pkgutil, sys, inspo_engine\n"

@@ -83,6 +83,7 @@ def test_the_paper_preset_rejects_candidates_below_their_parent():
     assert (RunConfig().population.population_size, RunConfig().evolution.n_candidates) == (7, 6)
 
 
+@pytest.mark.slow
 def test_at_n_p_7_and_n_6_a_candidate_below_its_parent_is_rejected_and_a_second_round_refills(httpserver):
     config = RunConfig.from_dict(PAPER)
     client, shown = scripted_optimizer(httpserver, [half_bad, good_again])
@@ -103,6 +104,7 @@ def test_at_n_p_7_and_n_6_a_candidate_below_its_parent_is_rejected_and_a_second_
     assert not any("guess quickly" in m.text for m in loop.population.members)
 
 
+@pytest.mark.slow
 def test_without_verification_the_same_proposals_let_harmful_candidates_join(httpserver):
     config = RunConfig.from_dict(PAPER).with_overrides({"evolution.verify": False})
     client, shown = scripted_optimizer(httpserver, [half_bad, good])
@@ -113,6 +115,7 @@ def test_without_verification_the_same_proposals_let_harmful_candidates_join(htt
     assert sum("guess quickly" in m.text for m in loop.population.members) == 3
 
 
+@pytest.mark.slow
 def test_rounds_stop_at_max_verify_rounds_when_nothing_clears_the_bar(httpserver):
     config = RunConfig.from_dict(PAPER)
     bad = lambda parent: [f"{parent} If unsure, guess quickly ({i})." for i in range(6)]  # noqa: E731
@@ -125,6 +128,7 @@ def test_rounds_stop_at_max_verify_rounds_when_nothing_clears_the_bar(httpserver
 
 
 @pytest.mark.parametrize(("n_parents", "shares"), [(2, [3, 2]), (3, [2, 1, 1])])
+@pytest.mark.slow
 def test_every_parent_gets_proposals_and_its_share_of_the_slots(httpserver, n_parents, shares):
     tags = "<think></think> <search></search> <information></information> <answer></answer>"
     config = RunConfig.from_dict(PAPER).with_overrides(

@@ -1,6 +1,7 @@
 """What a run records of its machine: the CPU's model and matrix extensions read from /proc/cpuinfo, torch's version
 and threads once torch is loaded."""
 
+import pytest
 import torch
 
 from inspo_engine.machine import cpu_flags, describe, peak_rss_kib
@@ -44,6 +45,7 @@ def test_two_thread_counts_are_two_machines(tmp_path):
         torch.set_num_threads(before)
 
 
+@pytest.mark.slow
 def test_the_resident_peak_is_in_kib_and_rises_when_memory_is_touched():
     before = peak_rss_kib()
     assert before > 50_000  # this process holds torch: tens of MB at least, in KiB

@@ -234,6 +234,7 @@ def threaded_server() -> Iterator[HTTPServer]:
     server.stop()
 
 
+@pytest.mark.slow
 def test_it_retries_a_request_that_timed_out(threaded_server: HTTPServer, sleeps: Sleeps) -> None:
     calls: list[float] = []
     lock = threading.Lock()

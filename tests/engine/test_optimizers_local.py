@@ -171,6 +171,7 @@ def test_build_optimizer_refuses_local_without_a_model_path() -> None:
         build_optimizer(OptimizerConfig(provider="local", local_model_path=None))
 
 
+@pytest.mark.slow
 def test_importing_the_optimizers_package_does_not_import_torch() -> None:
     code = "import sys, inspo_engine.optimizers; print('torch' in sys.modules, 'transformers' in sys.modules)"
     repo_root = Path(__file__).resolve().parents[2]

@@ -31,6 +31,7 @@ def run_dir(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_the_series_hold_one_value_per_step_and_each_members_weights(run_dir):
     series = run_series(read_events(run_dir / "events.jsonl"))
     assert series.steps == list(range(1, 13))
@@ -40,6 +41,7 @@ def test_the_series_hold_one_value_per_step_and_each_members_weights(run_dir):
     assert len(series.weights) > 4  # evolution added members, each with its own line
 
 
+@pytest.mark.slow
 def test_plot_run_writes_two_pngs_into_the_run_directory(run_dir):
     written = plot_run(run_dir, title="scripted")
     assert written == [run_dir / FIG2_FILE, run_dir / POPULATION_FILE]

@@ -513,6 +513,7 @@ _CLOSINGS = {
     fence_all=st.booleans(),
     drop_last_closing=st.booleans(),
 )
+@pytest.mark.slow
 def test_valid_candidates_formatted_into_tags_round_trip(
     candidates: list[str], opening: str, prose: str, fence_all: bool, drop_last_closing: bool
 ) -> None:
@@ -570,6 +571,7 @@ _TAG_SOUP = st.lists(
 
 @settings(max_examples=300, deadline=None)
 @given(text=st.one_of(st.text(), _TAG_SOUP), n=st.integers(min_value=1, max_value=5))
+@pytest.mark.slow
 def test_parse_proposal_never_raises_and_keeps_its_invariants(text: str, n: int) -> None:
     proposal = parse_proposal(text, parent=PARENT, n=n)
     assert isinstance(proposal.critique, str)
@@ -584,6 +586,7 @@ def test_parse_proposal_never_raises_and_keeps_its_invariants(text: str, n: int)
 
 @settings(max_examples=100, deadline=None)
 @given(candidates=st.lists(_valid_candidate(), min_size=1, max_size=6).filter(_distinct))
+@pytest.mark.slow
 def test_accepted_candidates_survive_a_second_parse_unchanged(candidates: list[str]) -> None:
     first = parse_proposal("".join(f"<ins_{k}>{c}</ins_{k}>" for k, c in enumerate(candidates, 1)), parent=PARENT, n=6)
     again = "".join(f"<ins_{k}>{c}</ins_{k}>" for k, c in enumerate(first.candidates, 1))

@@ -109,6 +109,7 @@ class _Broken:
         raise RuntimeError("index gone")
 
 
+@pytest.mark.slow
 def test_a_retriever_without_scores_is_scored_by_reciprocal_rank():
     with _serving(_Unscored()) as url:
         body = {"queries": ["q"], "topk": 2, "return_scores": True}
@@ -116,6 +117,7 @@ def test_a_retriever_without_scores_is_scored_by_reciprocal_rank():
         assert [h["score"] for h in hits] == [1.0, 0.5]
 
 
+@pytest.mark.slow
 def test_a_failing_retriever_gives_500_with_the_reason():
     with _serving(_Broken()) as url:
         response = httpx.post(f"{url}/retrieve", json={"queries": ["q"]})

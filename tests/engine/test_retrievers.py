@@ -67,6 +67,7 @@ def test_bm25_finds_the_supporting_passage_of_builtin_single_hop_questions():
     assert recall >= RECALL_FLOOR
 
 
+@pytest.mark.weights
 def test_dense_finds_the_supporting_passage_of_builtin_single_hop_questions(dense_cache: Path):
     questions = _single_hop_sample()
     recall = _recall_at_3(DenseRetriever(builtin_dataset().corpus, cache_dir=dense_cache), questions)
@@ -77,6 +78,7 @@ def test_dense_finds_the_supporting_passage_of_builtin_single_hop_questions(dens
 # -- dense ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.weights
 def test_a_second_dense_retriever_over_the_same_corpus_loads_the_cache_instead_of_encoding(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
@@ -103,6 +105,7 @@ def test_a_second_dense_retriever_over_the_same_corpus_loads_the_cache_instead_o
     assert encoded == [1]  # only the query was encoded
 
 
+@pytest.mark.weights
 def test_a_changed_passage_means_a_new_dense_cache_entry(tmp_path: Path):
     DenseRetriever(TINY, cache_dir=tmp_path)
     edited = [*TINY[:-1], Passage("d", "Chile", "Chile's calling code is +56.")]
@@ -111,6 +114,7 @@ def test_a_changed_passage_means_a_new_dense_cache_entry(tmp_path: Path):
     assert len(list(tmp_path.glob("*.faiss"))) == 2
 
 
+@pytest.mark.weights
 def test_dense_scores_are_cosines_best_first_and_k_is_capped_by_the_corpus():
     (hits,) = DenseRetriever(TINY).search_with_scores(["What is the capital of Peru?"], 10)
     assert len(hits) == len(TINY)
@@ -120,6 +124,7 @@ def test_dense_scores_are_cosines_best_first_and_k_is_capped_by_the_corpus():
     assert all(-1.0001 <= s <= 1.0001 for s in scores)
 
 
+@pytest.mark.weights
 def test_the_plain_encoder_gives_sentence_transformers_vectors_for_minilm():
     from sentence_transformers import SentenceTransformer
 
@@ -133,6 +138,7 @@ def test_the_plain_encoder_gives_sentence_transformers_vectors_for_minilm():
     assert np.abs(ours - theirs).max() < 1e-5
 
 
+@pytest.mark.weights
 def test_dense_retrieval_does_not_import_sentence_transformers():
     """The library pulls in scikit-learn; a training process that retrieves need not hold it."""
     code = (
@@ -149,6 +155,7 @@ def test_dense_retrieval_does_not_import_sentence_transformers():
     assert done.stdout.strip() == "[]"
 
 
+@pytest.mark.weights
 def test_a_model_of_another_kind_goes_through_sentence_transformers(tmp_path: Path):
     """A Pooling with max tokens is not what the plain encoder computes, so it is not used for it."""
     model = tmp_path / "model"

@@ -48,6 +48,7 @@ def test_t_quantiles_match_their_closed_forms_for_one_and_two_degrees_of_freedom
         assert t_quantile(1 - p, 2) == pytest.approx(-t_quantile(p, 2))
 
 
+@pytest.mark.slow
 def test_t_quantiles_match_scipy_across_degrees_of_freedom() -> None:
     scipy_stats = pytest.importorskip("scipy.stats")
     for df in [*range(1, 31), 99, 199, 1999, 2001, 100_000]:
@@ -356,6 +357,7 @@ def test_simulated_benchmarks_draw_each_benchmarks_questions_and_average_their_t
         (3, 5, 0.2, 0.0),
     ],
 )
+@pytest.mark.slow
 def test_the_averages_95_percent_interval_covers_the_unweighted_mean_of_the_true_differences(
     count: int, seeds: int, seed_sd: float, correlation: float
 ) -> None:
@@ -367,6 +369,7 @@ def test_the_averages_95_percent_interval_covers_the_unweighted_mean_of_the_true
     assert 0.93 <= coverage <= 0.97, coverage
 
 
+@pytest.mark.slow
 def test_pooling_every_benchmarks_questions_as_one_misses_the_average_when_the_questions_dominate() -> None:
     model = several(2, SMALL_SEED_SD, 1.0)
     draws = model.draw(np.random.default_rng(11), 1000, 10)
@@ -376,6 +379,7 @@ def test_pooling_every_benchmarks_questions_as_one_misses_the_average_when_the_q
 
 
 @pytest.mark.parametrize("seeds", [3, 10])
+@pytest.mark.slow
 def test_the_pooled_one_level_bootstrap_under_covers_when_seed_variance_is_large(seeds: int) -> None:
     rng = np.random.default_rng(seeds)
     coverage = {}

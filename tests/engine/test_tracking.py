@@ -115,6 +115,7 @@ def _scalars(directory: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[
     return scalars, texts
 
 
+@pytest.mark.torch  # tensorboard's writer imports torch
 def test_tensorboard_event_files_in_the_run_directory_hold_every_kind_of_event(tmp_path):
     config = _config("tensorboard")
     assert _run(config, tmp_path).events == []
@@ -135,6 +136,7 @@ def test_tensorboard_event_files_in_the_run_directory_hold_every_kind_of_event(t
 # -- MLflow ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mlflow_file_store_in_the_run_directory_reads_back_with_mlflow_client(tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -191,6 +193,7 @@ def _wandb_records(path: Path) -> list:
     return records
 
 
+@pytest.mark.slow
 def test_wandb_without_a_key_runs_offline_in_the_run_directory(tmp_path):
     config = _config("wandb", project="search-agents")
     assert _run(config, tmp_path).events == []
@@ -218,6 +221,7 @@ def test_wandb_without_a_key_runs_offline_in_the_run_directory(tmp_path):
 # -- failures ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.torch  # tensorboard's writer imports torch
 def test_a_failing_tracker_warns_never_fails_the_run_and_catches_up_at_the_next_step(tmp_path):
     """TensorBoard cannot create its directory (a file stands there) until the file goes away after step 1: each
     step while it fails brings one warning, and once it can write, everything it missed arrives."""
@@ -344,6 +348,7 @@ class _MlflowServer:
         self.http.server_close()
 
 
+@pytest.mark.slow
 def test_an_mlflow_token_reaches_the_server_on_every_request_and_leaves_no_trace_in_the_environment(tmp_path):
     import os
 
@@ -384,6 +389,7 @@ def _only(server: _MlflowServer) -> NetPolicy:
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 @pytest.mark.parametrize("policy", ["platform", "command line"])
+@pytest.mark.slow
 def test_an_mlflow_server_that_redirects_gets_no_request_followed_to_where_it_points(tmp_path, status, policy):
     internal = _MlflowServer()  # an internal service on a port nobody allowed
     allowed = _Scripted(status)
@@ -402,6 +408,7 @@ def test_an_mlflow_server_that_redirects_gets_no_request_followed_to_where_it_po
     assert all(allowed.uri in w.error and internal.uri not in w.error for w in failed)
 
 
+@pytest.mark.slow
 def test_a_tracker_error_names_the_url_and_status_never_what_the_server_wrote(tmp_path):
     """A server that answers 500 with an internal body and the Authorization header it was sent."""
     body = {"message": "INTERNAL-BODY db password=hunter2", "echo": "Authorization: Bearer s3cret-token"}
@@ -418,6 +425,7 @@ def test_a_tracker_error_names_the_url_and_status_never_what_the_server_wrote(tm
         assert "s3cret-token" not in warning.error
 
 
+@pytest.mark.slow
 def test_a_request_the_policy_refuses_is_never_sent_and_says_why_in_our_words(tmp_path):
     server = _MlflowServer()
     try:
@@ -429,6 +437,7 @@ def test_a_request_the_policy_refuses_is_never_sent_and_says_why_in_our_words(tm
     assert failed and "refused by the network policy" in failed[0].error and "allow-list" in failed[0].error
 
 
+@pytest.mark.slow
 def test_a_server_that_keeps_artifacts_elsewhere_gets_metrics_and_one_warning(tmp_path):
     class Elsewhere(_MlflowServer):
         @staticmethod

@@ -179,6 +179,7 @@ def exercise(strategy, headers, *, foreign):
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+@pytest.mark.slow
 def test_every_operation_answers_as_its_schema_says(api_schema, world, mode):
     """Every operation, with 0 violations. (Driven through Hypothesis directly: schemathesis' pytest loader does
     not run under pytest 9.)"""

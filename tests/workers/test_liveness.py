@@ -105,6 +105,7 @@ def test_a_worker_that_lost_its_claim_ends_the_process_when_its_step_hangs_past_
     assert exits == [EXIT_ABANDONED] and not claim.given_up  # it writes nothing: the run is not its own
 
 
+@pytest.mark.slow
 def test_the_watchdog_thread_beats_while_the_work_runs_and_stops_with_it():
     claim = Claim()
     dog = Watchdog(claim, heartbeat_s=0.05, grace_s=30)

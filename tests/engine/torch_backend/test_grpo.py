@@ -46,6 +46,7 @@ def test_advantages_are_normalised_by_the_unbiased_std_of_each_group():
     assert second == pytest.approx([-1.0 / (std + 1e-6), 1.0 / (std + 1e-6)])
 
 
+@pytest.mark.verl
 def test_advantages_equal_verls_grpo_estimator_so_both_backends_normalise_alike():
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
     rewards = [[1.0, 0.0, 0.0, 0.2, 1.0], [0.2, 0.2, 1.0, 0.0, 0.0], [0.0] * 5]

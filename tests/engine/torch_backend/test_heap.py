@@ -36,6 +36,7 @@ print(json.dumps({"before": before, "freed": freed, "after": rss(), "released": 
 
 
 @glibc_only
+@pytest.mark.slow
 def test_release_hands_back_free_heap_pages() -> None:
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, timeout=120)
     probe = json.loads(out.stdout.strip().splitlines()[-1])

@@ -67,6 +67,7 @@ def test_names_must_be_free_and_passwords_strong(alice, alice_team):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
 def test_two_owners_demoting_each_other_at_once_leave_one_owner(alice, alice_team, monkeypatch):
     """Both demotions are held just before they write until the other has checked too (or 2 s passed): without
     locks both checks see another owner and the team ends with none."""

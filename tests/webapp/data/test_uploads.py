@@ -126,6 +126,7 @@ def test_a_hostile_upload_is_a_clear_4xx_and_nothing_is_kept(
     assert stored_files(data_storage) == []
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_is_refused_by_its_expansion_ratio(alice, api, data_storage):
     line = jsonl(questions(1))
     bomb = gz(line + b"\n" * 50_000_000)  # 50 MB of blank lines in about 50 kB

@@ -277,6 +277,7 @@ def test_a_run_without_an_end_event_is_imported_as_failed(alice, alice_team, cop
     assert StepMetric.objects.filter(run=run).count() == STEPS
 
 
+@pytest.mark.slow
 def test_a_cancelled_cli_run_is_imported_as_cancelled(alice, alice_team, tmp_path, runs_dir):
     train(tmp_path / "stopped", small_config(), stop_after=3)
     run = run_import(team=alice_team, user=alice, directory=tmp_path / "stopped")
@@ -284,6 +285,7 @@ def test_a_cancelled_cli_run_is_imported_as_cancelled(alice, alice_team, tmp_pat
     assert Checkpoint.objects.filter(run=run, step=3, available=True).exists()
 
 
+@pytest.mark.slow
 def test_a_failed_then_resumed_cli_run_keeps_one_copy_of_each_step(alice, alice_team, tmp_path, runs_dir):
     out = tmp_path / "resumed"
     with pytest.raises(RuntimeError):
