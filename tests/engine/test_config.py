@@ -173,7 +173,8 @@ def _string_field_paths() -> list[str]:
 @pytest.mark.parametrize("text", ["${oc.env:GEMINI_API_KEY}", "\\${oc.env:DATABASE_URL}", "x$y"])
 def test_a_dollar_in_any_string_field_is_refused_with_the_field_named(path, text):
     """verl's Hydra/OmegaConf would resolve '${oc.env:…}' inside the job: no string may carry one."""
-    value = [text] if path in ("population.initial_instructions", "eval.benchmarks", "tracking.backends") else text
+    lists = ("population.initial_instructions", "eval.benchmarks", "tracking.backends", "grpo.lora_targets")
+    value = [text] if path in lists else text
     with pytest.raises(ConfigError) as caught:
         preset("smoke").with_overrides({path: value})
     assert path in field_names(caught.value)
