@@ -23,24 +23,13 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .errors import InvalidInput, ServiceError
+from .text import json_depth
 
 MAX_JSON_DEPTH = 32
 """The deepest nesting of arrays and objects a JSON body may have (a run config needs about five levels)."""
 API_PREFIX = "/api/"
 
 logger = logging.getLogger(__name__)
-
-
-def _depth(value: Any) -> int:
-    """How deeply arrays and objects nest in `value`, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 class BoundedJSONParser(JSONParser):
@@ -53,7 +42,7 @@ class BoundedJSONParser(JSONParser):
             data = super().parse(stream, media_type, parser_context)
         except RecursionError:
             raise too_deep from None
-        if _depth(data) > MAX_JSON_DEPTH:
+        if json_depth(data) > MAX_JSON_DEPTH:
             raise too_deep
         return data
 

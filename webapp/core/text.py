@@ -17,6 +17,22 @@ def has_nul(value: Any) -> bool:
     return False
 
 
+def json_depth(value: Any) -> int:
+    """How deeply arrays and objects nest in `value`, without recursion.
+
+    >>> json_depth({"a": [1, {"b": []}]}), json_depth("text")
+    (4, 0)
+    """
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
 def words_that_differ(text: str, reference: str | None, *, words: int = 12) -> str:
     """The first `words` words of `text` from where it stops repeating `reference`, with "…" for the shared opening
     left out and for a cut end; the opening words when there is no reference, and "(same text)" when nothing

@@ -24,6 +24,8 @@ from typing import IO, Any, Literal
 
 import orjson
 
+from webapp.core.text import json_depth
+
 Kind = Literal["questions", "corpus"]
 KINDS: tuple[Kind, ...] = ("questions", "corpus")
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".parquet.gz")
@@ -161,7 +163,7 @@ def _jsonl_records(stream: IO[bytes], filename: str, limits: Limits) -> Iterator
             value = orjson.loads(line)  # checks UTF-8 too
         except orjson.JSONDecodeError as error:
             raise _bad_line(line, error, f"{filename}: line {number}") from None
-        if line.count(b"[") + line.count(b"{") > limits.max_depth and _depth(value) > limits.max_depth:
+        if line.count(b"[") + line.count(b"{") > limits.max_depth and json_depth(value) > limits.max_depth:
             raise UploadRefused(f"{filename}: line {number}: JSON nested more than {limits.max_depth} levels deep")
         yield number, value
 
@@ -194,16 +196,6 @@ def _bad_line(line: bytes, error: orjson.JSONDecodeError, where: str) -> UploadR
     if "depth limit" in error.msg or "recursion" in error.msg:
         return UploadRefused(f"{where}: JSON nested too deeply")
     return UploadRefused(f"{where}: invalid JSON ({error.msg} at column {error.colno})")
-
-
-def _depth(value: Any) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
-    return deepest
 
 
 # -- parquet -----------------------------------------------------------------------------------------------------

@@ -101,7 +101,7 @@ def dataset_upload(
 def _checked(upload: IO[bytes], *, filename: str, kind: Kind, workdir: Path) -> Checked:
     size = getattr(upload, "size", None)
     if size is not None and size > settings.INSPO_DATA_MAX_UPLOAD_BYTES:
-        raise TooLarge(_too_large(filename))
+        raise TooLarge(too_large_message(filename))
     try:
         return check_upload(upload, filename=filename, kind=kind, limits=limits(), workdir=workdir)
     except UploadRefused as refused:
@@ -110,12 +110,8 @@ def _checked(upload: IO[bytes], *, filename: str, kind: Kind, workdir: Path) -> 
         raise InvalidInput({"file": [refused.message]}) from None
 
 
-def _too_large(filename: str) -> str:
-    return f"{filename}: the file is larger than the upload limit of {settings.INSPO_DATA_MAX_UPLOAD_BYTES:,} bytes"
-
-
 def too_large_message(filename: str = "the file") -> str:
-    return _too_large(filename)
+    return f"{filename}: the file is larger than the upload limit of {settings.INSPO_DATA_MAX_UPLOAD_BYTES:,} bytes"
 
 
 def _team_total_check(team: Team, adding: int) -> None:
