@@ -86,7 +86,7 @@ export interface InstructionColumns {
   mean_reward: (number | null)[];
 }
 
-/** The population history, column-wise (webapp/runs/apis.py PopulationOutputSerializer): one array per snapshot
+/** The population history, column-wise (webapp/runs/outputs.py PopulationOutputSerializer): one array per snapshot
  * field in step order, and per instruction, in order of first membership, one array per statistic. */
 export interface PopulationHistory {
   snapshots: {

@@ -1,7 +1,7 @@
 """The API's error format: every error under /api/ is JSON with a `detail` message — DRF's for validation and
 auth, service errors mapped to their status codes, and JSON pages for what happens outside a view (no route,
 a crash); a JSON body too large or nested too deeply is a 4xx that says so. `error_responses` documents them in the
-OpenAPI schema."""
+OpenAPI schema. Also the pieces every app's API shares: the JSON fields of configs and the paginator."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import serializers
 from rest_framework.exceptions import ParseError, ValidationError
+from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from .errors import InvalidInput, ServiceError
-from .text import json_depth
+from .text import has_nul, json_depth
 
 MAX_JSON_DEPTH = 32
 """The deepest nesting of arrays and objects a JSON body may have (a run config needs about five levels)."""
@@ -54,6 +55,50 @@ def query_once(params: QueryDict, *, many: Collection[str] = ()) -> dict[str, An
     if repeated:
         raise ValidationError({name: ["give this parameter once"] for name in repeated})
     return {name: params.getlist(name) if name in many else params[name] for name in params}
+
+
+# -- fields and pages every app's API shares --------------------------------------------------------------------
+
+
+class JsonValueField(serializers.JSONField):
+    """Any JSON value the engine reads itself (an experiment's arms, seeds); NUL characters refused."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if has_nul(value):
+            raise serializers.ValidationError("NUL characters are not allowed")
+        return value
+
+
+class ConfigField(serializers.JSONField):
+    """A JSON object (a partial engine config or overrides); the engine checks what is inside."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        value = super().to_internal_value(data)
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        if has_nul(value):
+            raise serializers.ValidationError("NUL characters are not allowed")
+        return value
+
+
+class PagePagination(PageNumberPagination):
+    """A list a page at a time (runs, experiments): 20 to a page, `page_size` up to 200."""
+
+    page_size = 20
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    class Input(serializers.Serializer[Any]):
+        """The paginator's own parameters, checked first: it would read a bad value as the default."""
+
+        page = serializers.IntegerField(required=False, min_value=1, help_text="Default 1; past the last: 404.")
+        page_size = serializers.IntegerField(required=False, min_value=1, max_value=200, help_text="Default 20.")
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """DRF's envelope, each of its four fields always sent (`next` and `previous` null at either end)."""
+        envelope = super().get_paginated_response_schema(schema)
+        return {**envelope, "required": ["count", "next", "previous", "results"]}
 
 
 # -- the errors in the schema -----------------------------------------------------------------------------------

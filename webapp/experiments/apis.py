@@ -14,27 +14,15 @@ from rest_framework.views import APIView
 
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_for_submission
-from webapp.core.api import error_responses, query_once
-from webapp.core.text import has_nul
-from webapp.runs.apis import ConfigField, RunPagination
+from webapp.core.api import ConfigField, JsonValueField, PagePagination, error_responses, query_once
 from webapp.runs.configs import PRESET_NAMES
 
 from . import selectors, services
 from .outputs import ExperimentDetailOutputSerializer, ExperimentOutputSerializer
 
 
-class JsonValueField(serializers.JSONField):
-    """Any JSON value the engine reads itself (arms, seeds); NUL characters refused."""
-
-    def to_internal_value(self, data: Any) -> Any:
-        value = super().to_internal_value(data)
-        if has_nul(value):
-            raise serializers.ValidationError("NUL characters are not allowed")
-        return value
-
-
 class ExperimentListCreateApi(APIView):
-    pagination_class = RunPagination
+    pagination_class = PagePagination
 
     class ExperimentCreateInput(serializers.Serializer[Any]):
         team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
@@ -55,7 +43,7 @@ class ExperimentListCreateApi(APIView):
         baseline = serializers.CharField(max_length=64, required=False, help_text="The arm compared with (static).")
 
     @extend_schema(
-        parameters=[RunPagination.Input],
+        parameters=[PagePagination.Input],
         responses={200: ExperimentOutputSerializer(many=True), **error_responses(400, 404)},
         operation_id="experiments_list",
         description="The experiments of your teams, newest first, a page at a time.",

@@ -11,8 +11,8 @@ from rest_framework.renderers import JSONRenderer
 
 from tests.factories import InstructionFactory, PopulationMemberFactory, PopulationSnapshotFactory, RunFactory
 from webapp.runs import selectors
-from webapp.runs.apis import PopulationOutputSerializer
 from webapp.runs.models import Run
+from webapp.runs.outputs import PopulationOutputSerializer
 
 pytestmark = pytest.mark.django_db
 

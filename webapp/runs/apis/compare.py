@@ -1,0 +1,63 @@
+"""Comparing runs: Fig. 2's series, the benchmark table, the differing config fields and the deltas against a
+baseline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from webapp.accounts.permissions import acting_user
+from webapp.core.api import error_responses, query_once
+
+from .. import selectors
+from ..outputs import ComparisonOutputSerializer
+
+# -- comparing runs ----------------------------------------------------------------------------------------------
+
+
+class CompareApi(APIView):
+    class CompareInput(serializers.Serializer[Any]):
+        runs = serializers.ListField(
+            child=serializers.UUIDField(),
+            min_length=1,
+            max_length=selectors.MAX_COMPARED_RUNS,
+            help_text="Run ids: repeat the parameter (runs=a&runs=b) or separate them with commas.",
+        )
+        baseline = serializers.UUIDField(required=False, help_text="One of `runs`: deltas are against it.")
+        metric = serializers.ChoiceField(
+            choices=selectors.BENCHMARK_METRICS,
+            default="em",
+            help_text="The benchmark metric of the table.",
+            error_messages={
+                "invalid_choice": f"unknown metric {{input!r}}; choose one of {', '.join(selectors.BENCHMARK_METRICS)}"
+            },
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if "baseline" in attrs and attrs["baseline"] not in attrs["runs"]:
+                raise serializers.ValidationError({"baseline": ["must be one of the compared runs"]})
+            return attrs
+
+    @extend_schema(
+        parameters=[CompareInput],
+        responses={200: ComparisonOutputSerializer, **error_responses(400, 404)},
+        operation_id="runs_compare",
+        description="Fig. 2 series, the benchmark table (best per column), the differing config fields and deltas "
+        "against a baseline, for up to 12 runs.",
+    )
+    def get(self, request: Request) -> Response:
+        user = acting_user(request)
+        query = query_once(request.query_params, many={"runs"})
+        ids = [part for value in query.get("runs", []) for part in value.split(",") if part]
+        data = self.CompareInput(data={**query, "runs": ids})
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        runs = selectors.runs_get(user=user, run_ids=values["runs"])
+        baseline = next((run for run in runs if run.pk == values.get("baseline")), None)
+        comparison = selectors.run_compare(runs=runs, metric=values["metric"], baseline=baseline)
+        return Response(ComparisonOutputSerializer(comparison).data)
