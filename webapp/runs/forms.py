@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any, get_args
+from typing import Any, get_args, get_type_hints
 
 from django import forms
 
-from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, Mode, field_value
+from inspo_engine.config import MAX_INSTRUCTION_CHARS, TRACKERS, RunConfig, field_value
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
@@ -89,6 +89,16 @@ def _choices(*values: str) -> list[tuple[str, str]]:
     return [("", "(preset)")] + [(v, v) for v in values]
 
 
+def literal_choices(path: str) -> list[tuple[str, str]]:
+    """The choices of the config field at `path` (`grpo.loss`), whose type is a `Literal`: its values as the engine's
+    dataclasses declare them, so a value the engine adds is offered without touching the form."""
+    owner: Any = RunConfig
+    *sections, leaf = path.split(".")
+    for section in sections:
+        owner = get_type_hints(owner)[section]
+    return _choices(*get_args(get_type_hints(owner)[leaf]))
+
+
 class OverridesField(forms.CharField):
     """A JSON object of `path: value` overrides, e.g. {"grpo.kl_coef": 0.002}."""
 
@@ -136,25 +146,25 @@ class RunForm(ConfigFormMixin):
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="quick")
     seed = forms.IntegerField(required=False)
-    mode = forms.ChoiceField(required=False, choices=_choices(*get_args(Mode)))
+    mode = forms.ChoiceField(required=False, choices=literal_choices("mode"))
     total_steps = forms.IntegerField(required=False, label="Total steps (T)")
     group_size = forms.IntegerField(required=False, label="Group size (G)")
     batch_size = forms.IntegerField(required=False)
     lr = forms.FloatField(required=False, label="Learning rate")
     population_size = forms.IntegerField(required=False, label="Population size (N_P)")
-    proposer = forms.ChoiceField(required=False, choices=_choices("reflection", "paraphrase", "history"))
+    proposer = forms.ChoiceField(required=False, choices=literal_choices("evolution.proposer"))
     evolve_every = forms.IntegerField(required=False, label="Evolve every (K_e)")
     evolve_until = forms.IntegerField(required=False, label="Evolve until (T_e)")
-    backend = forms.ChoiceField(required=False, choices=_choices("torch", "verl"))
+    backend = forms.ChoiceField(required=False, choices=literal_choices("backend.name"))
     model = forms.CharField(required=False, label="Policy model")
-    optimizer_provider = forms.ChoiceField(required=False, choices=_choices("gemini", "openai", "local", "rules"))
+    optimizer_provider = forms.ChoiceField(required=False, choices=literal_choices("optimizer.provider"))
     optimizer_model = forms.CharField(required=False)
     optimizer_endpoint = forms.CharField(
         required=False, max_length=64, help_text="A named optimizer endpoint of this server (its key stays here)."
     )
     loss = forms.ChoiceField(
         required=False,
-        choices=_choices("grpo", "dr_grpo", "dapo", "gspo"),
+        choices=literal_choices("grpo.loss"),
         label="GRPO loss",
         help_text="grpo (DeepSeekMath), dr_grpo (Dr. GRPO), dapo (DAPO: set clip_ratio_high in overrides), gspo.",
     )
