@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from inspo_engine.models import resolve_model
 from inspo_engine.optimizers.base import (
     Completion,
+    HttpSettings,
     OptimizerBudget,
     OptimizerClient,
     OptimizerError,
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Completion",
     "GeminiClient",
+    "HttpSettings",
     "LocalModelClient",
     "OpenAICompatibleClient",
     "OptimizerBudget",
@@ -48,8 +51,6 @@ def optimizer_for(
         return None
     optimizer = config.optimizer
     if optimizer.provider == "local" and optimizer.local_model_path:
-        from inspo_engine.backends.torch.model import resolve_model
-
         local_path = resolve_model(optimizer.local_model_path, cache_dir / "models")
         optimizer = replace(optimizer, local_model_path=str(local_path))
     return build_optimizer(optimizer, api_key=api_key, seed=config.seed, policy=policy)
@@ -68,11 +69,11 @@ def build_optimizer(
                 'The "gemini" optimizer needs an API key: pass GEMINI_API_KEY (api_key=...), or choose '
                 'provider "local" (a weak local model) or "openai" (an OpenAI-compatible endpoint).'
             )
-        return GeminiClient(api_key=api_key, policy=policy, **_remote_settings(config))
+        return GeminiClient(HttpSettings.from_config(config, api_key=api_key, policy=policy))
     if config.provider == "openai":
         if not config.base_url:
             raise ValueError('The "openai" optimizer needs base_url, e.g. "http://localhost:8000/v1".')
-        return OpenAICompatibleClient(api_key=api_key, policy=policy, **_remote_settings(config))
+        return OpenAICompatibleClient(HttpSettings.from_config(config, api_key=api_key, policy=policy))
     if config.provider == "local":
         if not config.local_model_path:
             raise ValueError('The "local" optimizer needs local_model_path: a directory holding a small causal LM.')
@@ -84,11 +85,3 @@ def build_optimizer(
     if config.provider == "rules":
         return RuleBasedClient(seed=seed)
     raise ValueError(f'Unknown optimizer provider {config.provider!r}; choose "gemini", "openai", "local" or "rules".')
-
-
-REMOTE_SETTINGS = ("model", "base_url", "timeout_s", "max_retries", "backoff_s", "temperature", "max_output_tokens")
-"""The OptimizerConfig fields the HTTP clients take, under the same names."""
-
-
-def _remote_settings(config: OptimizerConfig) -> dict[str, Any]:
-    return {name: getattr(config, name) for name in REMOTE_SETTINGS}

@@ -5,10 +5,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from inspo_engine.netpolicy import transport_error
+from inspo_engine.config import OptimizerConfig
+from inspo_engine.netpolicy import NetPolicy, transport_error
 
 T = TypeVar("T")
 
@@ -150,6 +151,50 @@ def call_with_retries(
 def _describe(exc: Exception) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text[:500]}" if text else type(exc).__name__
+
+
+_CONFIG_DEFAULTS = OptimizerConfig()
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """Everything an HTTP optimizer client (Gemini, OpenAI-compatible) is built from: where it calls, with which key
+    and model, how it samples, how long it waits and how it retries. The fields that `OptimizerConfig` also has carry
+    its names and defaults, so a run's config maps onto them by name (`from_config`)."""
+
+    model: str = _CONFIG_DEFAULTS.model
+    base_url: str | None = None
+    """The endpoint; None: the provider's own (Gemini only; an OpenAI-compatible client needs one)."""
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = _CONFIG_DEFAULTS.timeout_s
+    max_retries: int = _CONFIG_DEFAULTS.max_retries
+    backoff_s: float = _CONFIG_DEFAULTS.backoff_s
+    temperature: float = _CONFIG_DEFAULTS.temperature
+    max_output_tokens: int = _CONFIG_DEFAULTS.max_output_tokens
+    sleep: Callable[[float], None] = time.sleep
+    """How a retry waits (tests record the waits instead)."""
+    policy: NetPolicy | None = None
+    """Checks `base_url` now and every request's URL, when the caller did not choose the URL itself."""
+
+    @classmethod
+    def from_config(
+        cls, config: OptimizerConfig, *, api_key: str | None = None, policy: NetPolicy | None = None
+    ) -> HttpSettings:
+        """The settings a run's optimizer config gives, with the key and the policy that the caller holds."""
+        return cls(api_key=api_key, policy=policy, **{name: getattr(config, name) for name in CONFIG_SETTINGS})
+
+    def retry(
+        self,
+        status_of: Callable[[Exception], int | None],
+        retry_after: Callable[[Exception], float | None],
+        transport_errors: tuple[type[Exception], ...],
+    ) -> HttpRetry:
+        """The retry wrapper these settings ask for, reading errors as a client says."""
+        return HttpRetry(self.max_retries, self.backoff_s, self.sleep, status_of, retry_after, transport_errors)
+
+
+CONFIG_SETTINGS = tuple(f.name for f in fields(HttpSettings) if f.name in OptimizerConfig.__dataclass_fields__)
+"""The HttpSettings that come from a run's OptimizerConfig, under the same names."""
 
 
 @dataclass(frozen=True)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 from google import genai
 from google.genai import errors, types
 
-from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client
-from inspo_engine.optimizers.base import Completion, HttpRetry, OptimizerError, parse_retry_after
+from inspo_engine.netpolicy import check_url, guarded_client
+from inspo_engine.optimizers.base import Completion, HttpSettings, OptimizerError, parse_retry_after
 
 GEMINI_API_VERSION = "v1beta"
 """Pinned so the request path never depends on the SDK's default (v1 since google-genai 3) or on
@@ -43,37 +41,24 @@ class GeminiClient:
     Errors carry the HTTP status, never the server's message.
     """
 
-    def __init__(
-        self,
-        *,
-        api_key: str,
-        model: str = "gemini-2.5-pro",
-        base_url: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 5,
-        backoff_s: float = 2.0,
-        temperature: float = 1.0,
-        max_output_tokens: int = 8192,
-        sleep: Callable[[float], None] = time.sleep,
-        policy: NetPolicy | None = None,
-    ) -> None:
-        if not api_key:
+    def __init__(self, settings: HttpSettings) -> None:
+        if not settings.api_key:
             raise ValueError("GeminiClient needs a non-empty api_key")
-        if policy is not None and base_url:
-            check_url(base_url, policy)
-        self.model = model
-        self.temperature = temperature
-        self.max_output_tokens = max_output_tokens
-        self._retry = HttpRetry(max_retries, backoff_s, sleep, _status, _retry_after, _TRANSPORT_ERRORS)
-        self._http = guarded_client(policy, timeout=timeout_s)
+        if settings.policy is not None and settings.base_url:
+            check_url(settings.base_url, settings.policy)
+        self.model = settings.model
+        self.temperature = settings.temperature
+        self.max_output_tokens = settings.max_output_tokens
+        self._retry = settings.retry(_status, _retry_after, _TRANSPORT_ERRORS)
+        self._http = guarded_client(settings.policy, timeout=settings.timeout_s)
         http_options = types.HttpOptions(
-            base_url=base_url,
+            base_url=settings.base_url,
             api_version=GEMINI_API_VERSION,
-            timeout=max(1, round(timeout_s * 1000)),
+            timeout=max(1, round(settings.timeout_s * 1000)),
             retry_options=types.HttpRetryOptions(attempts=1),
             httpx_client=self._http,
         )
-        self._client = genai.Client(api_key=api_key, vertexai=False, http_options=http_options)
+        self._client = genai.Client(api_key=settings.api_key, vertexai=False, http_options=http_options)
 
     def complete(self, prompt: str, *, system: str | None = None) -> Completion:
         config = types.GenerateContentConfig(

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import httpx
 
-from inspo_engine.netpolicy import NetPolicy, check_url, guarded_client
-from inspo_engine.optimizers.base import Completion, HttpRetry, OptimizerError, parse_retry_after
+from inspo_engine.netpolicy import check_url, guarded_client
+from inspo_engine.optimizers.base import Completion, HttpSettings, OptimizerError, parse_retry_after
 
 _TRANSPORT_ERRORS = (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError)
 
@@ -30,31 +28,18 @@ class OpenAICompatibleClient:
     With a `policy` the URL is checked now and on every request; redirects are never followed.
     """
 
-    def __init__(
-        self,
-        *,
-        base_url: str,
-        model: str,
-        api_key: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 5,
-        backoff_s: float = 2.0,
-        temperature: float = 1.0,
-        max_output_tokens: int = 8192,
-        sleep: Callable[[float], None] = time.sleep,
-        policy: NetPolicy | None = None,
-    ) -> None:
-        if not base_url:
+    def __init__(self, settings: HttpSettings) -> None:
+        if not settings.base_url:
             raise ValueError("OpenAICompatibleClient needs a base_url such as http://host:8000/v1")
-        self.model = model
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        if policy is not None:
-            check_url(self.url, policy)
-        self.temperature = temperature
-        self.max_output_tokens = max_output_tokens
-        self._retry = HttpRetry(max_retries, backoff_s, sleep, _status, _retry_after, _TRANSPORT_ERRORS)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = guarded_client(policy, timeout=timeout_s, headers=headers)
+        self.model = settings.model
+        self.url = settings.base_url.rstrip("/") + "/chat/completions"
+        if settings.policy is not None:
+            check_url(self.url, settings.policy)
+        self.temperature = settings.temperature
+        self.max_output_tokens = settings.max_output_tokens
+        self._retry = settings.retry(_status, _retry_after, _TRANSPORT_ERRORS)
+        headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+        self._http = guarded_client(settings.policy, timeout=settings.timeout_s, headers=headers)
 
     def complete(self, prompt: str, *, system: str | None = None) -> Completion:
         messages: list[dict[str, str]] = []

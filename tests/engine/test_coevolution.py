@@ -26,7 +26,7 @@ from inspo_engine.events import (
     StepCompleted,
     read_events,
 )
-from inspo_engine.optimizers import GeminiClient
+from inspo_engine.optimizers import GeminiClient, HttpSettings
 from inspo_engine.schedule import phases_for
 
 from .fakes import SKILLS, ScriptedBackend, gemini_handler, questions, success_rate
@@ -45,7 +45,7 @@ SMALL = {
 @pytest.fixture
 def gemini(httpserver):
     httpserver.expect_request(GENERATE, method="POST").respond_with_handler(gemini_handler)
-    return GeminiClient(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    return GeminiClient(HttpSettings(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10))
 
 
 def make_loop(config, optimizer, sink=None, backend=None, **kwargs):
@@ -203,7 +203,7 @@ def test_a_spent_budget_stops_evolution_with_an_event_and_training_goes_on(gemin
 def test_a_failing_optimizer_is_reported_and_training_goes_on(httpserver):
     body = {"error": {"code": 500, "message": "internal", "status": "INTERNAL"}}
     httpserver.expect_request(GENERATE, method="POST").respond_with_json(body, status=500)
-    client = GeminiClient(api_key="k", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    client = GeminiClient(HttpSettings(api_key="k", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10))
     sink = ListSink()
     result = make_loop(RunConfig.from_dict(SMALL), client, sink).run()
     assert sink.of(OptimizerFailed)

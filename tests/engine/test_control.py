@@ -33,7 +33,7 @@ from inspo_engine.events import (
     PopulationChanged,
     RunFailed,
 )
-from inspo_engine.optimizers import GeminiClient, optimizer_for
+from inspo_engine.optimizers import GeminiClient, HttpSettings, optimizer_for
 from inspo_engine.population import Population
 from inspo_engine.presets import preset
 
@@ -63,7 +63,7 @@ SMALL = {
 @pytest.fixture
 def gemini(httpserver):
     httpserver.expect_request(GENERATE, method="POST").respond_with_handler(gemini_handler)
-    return GeminiClient(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    return GeminiClient(HttpSettings(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10))
 
 
 def make_loop(config, optimizer, run_dir, *, sink=None, backend=None, **kwargs):

@@ -11,7 +11,7 @@ from inspo_engine.coevolution import CoEvolution
 from inspo_engine.config import RunConfig
 from inspo_engine.events import EvolutionCompleted, InstructionProposed, InstructionVerified, ListSink
 from inspo_engine.evolution import slot_shares
-from inspo_engine.optimizers import GeminiClient
+from inspo_engine.optimizers import GeminiClient, HttpSettings
 
 from .fakes import ScriptedBackend, gemini_body, prompt_of, questions, success_rate
 
@@ -49,7 +49,9 @@ def scripted_optimizer(httpserver, answers):
         return Response(json.dumps(gemini_body(body)), status=200, content_type="application/json")
 
     httpserver.expect_request(GENERATE, method="POST").respond_with_handler(handler)
-    client = GeminiClient(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    client = GeminiClient(
+        HttpSettings(api_key="test-key", base_url=httpserver.url_for("/"), max_retries=0, timeout_s=10)
+    )
     return client, shown
 
 

@@ -15,7 +15,7 @@ from werkzeug import Request, Response
 
 from inspo_engine.config import OptimizerConfig
 from inspo_engine.netpolicy import NetPolicy, UrlRefused
-from inspo_engine.optimizers import GeminiClient, OptimizerError, build_optimizer
+from inspo_engine.optimizers import GeminiClient, HttpSettings, OptimizerError, build_optimizer
 
 PATH = "/v1beta/models/gemini-2.5-pro:generateContent"
 
@@ -51,7 +51,7 @@ def sleeps() -> Sleeps:
 def make_client(server: HTTPServer, sleeps: Sleeps, **overrides: Any) -> GeminiClient:
     options: dict[str, Any] = {"api_key": "test-key", "base_url": server.url_for("/"), "backoff_s": 0.5}
     options.update(overrides)
-    return GeminiClient(sleep=sleeps, **options)
+    return GeminiClient(HttpSettings(sleep=sleeps, **options))
 
 
 def test_it_returns_the_answer_with_its_token_counts(httpserver: HTTPServer, sleeps: Sleeps) -> None:
@@ -217,7 +217,9 @@ def test_it_retries_connection_errors_and_then_gives_up(sleeps: Sleeps) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    client = GeminiClient(api_key="k", base_url=f"http://127.0.0.1:{port}/", max_retries=2, backoff_s=1.0, sleep=sleeps)
+    client = GeminiClient(
+        HttpSettings(api_key="k", base_url=f"http://127.0.0.1:{port}/", max_retries=2, backoff_s=1.0, sleep=sleeps)
+    )
 
     with pytest.raises(OptimizerError, match="3 attempts"):
         client.complete("Hello")

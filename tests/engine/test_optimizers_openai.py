@@ -15,7 +15,7 @@ from werkzeug import Request, Response
 
 from inspo_engine.config import OptimizerConfig
 from inspo_engine.netpolicy import NetPolicy, UrlRefused
-from inspo_engine.optimizers import OpenAICompatibleClient, OptimizerError, build_optimizer
+from inspo_engine.optimizers import HttpSettings, OpenAICompatibleClient, OptimizerError, build_optimizer
 
 PATH = "/v1/chat/completions"
 
@@ -56,7 +56,7 @@ def sleeps() -> Sleeps:
 def make_client(server: HTTPServer, sleeps: Sleeps, **overrides: Any) -> OpenAICompatibleClient:
     options: dict[str, Any] = {"base_url": server.url_for("/v1"), "model": "qwen2.5-7b-instruct", "backoff_s": 0.5}
     options.update(overrides)
-    return OpenAICompatibleClient(sleep=sleeps, **options)
+    return OpenAICompatibleClient(HttpSettings(sleep=sleeps, **options))
 
 
 def test_it_returns_the_answer_with_its_token_counts(httpserver: HTTPServer, sleeps: Sleeps) -> None:
@@ -217,7 +217,7 @@ def test_it_retries_connection_errors_and_then_gives_up(sleeps: Sleeps) -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     client = OpenAICompatibleClient(
-        base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=1, backoff_s=1.0, sleep=sleeps
+        HttpSettings(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=1, backoff_s=1.0, sleep=sleeps)
     )
 
     with pytest.raises(OptimizerError, match="2 attempts"):
