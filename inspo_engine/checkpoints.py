@@ -1,7 +1,7 @@
-"""The checkpoint layout of a run directory: `checkpoints/step-NNNNNN/{policy/, inspo_state.json, training/}` — naming,
-the newest, atomic writes, retention (of checkpoints, and of the optimizer state only resuming needs), sizes and
-reading the saved state. It knows files, not what the state means or how a
-backend writes its policy; it imports nothing of the engine, so the web app can read a checkpoint cheaply.
+"""The checkpoint layout of a run directory: `checkpoints/step-NNNNNN/{policy/, inspo_state.json, training/, merged/}`:
+naming, the newest, atomic writes, retention (of checkpoints, and of the optimizer state only resuming needs), sizes
+and reading the saved state. It knows files, not what the state means or how a backend writes its policy; it
+imports nothing of the engine, so the web app can read a checkpoint cheaply.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ CHECKPOINT_NAME = re.compile(r"step-\d+")
 OPTIMIZER_DIR = "training"
 """Inside a checkpoint: the backend's optimizer, scheduler and rng state, which only resuming needs (a backend that
 keeps these elsewhere, as verl does, writes none)."""
+MERGED_DIR = "merged"
+"""Inside the last checkpoint of a LoRA run: the policy with its adapters merged, a plain Hugging Face directory
+(its `policy/` holds the adapters alone)."""
 PARTIAL_SUFFIX = ".partial"
 """A checkpoint being written: renamed to its own name once complete."""
 

@@ -73,7 +73,7 @@ else:
 
 # -- the tiers: what `make test-fast` leaves out ---------------------------------------------------------------
 
-WEIGHTS_FIXTURES = frozenset({"smollm2", "smollm2_dir", "tokenizer", "tiny_model", "tiny_data_dir"})
+WEIGHTS_FIXTURES = frozenset({"smollm2", "smollm2_dir", "tokenizer", "tiny_model", "tiny_data_dir", "tiny_llama_dir"})
 """Fixtures that need SmolLM2's files: its weights, or its tokenizer (dequantised from the packaged GGUF file into
 cache/test-models on first use)."""
 TRAINING_FIXTURES = frozenset(
@@ -83,7 +83,13 @@ TRAINING_FIXTURES = frozenset(
 the scripted policy (seconds each)."""
 BROWSER_DIR = ROOT / "tests" / "browser"
 VERL_PATHS = tuple(
-    ROOT / path for path in ("tests/engine/verl", "inspo_engine/backends/verl", "tests/workers/test_gpu_task.py")
+    ROOT / path
+    for path in (
+        "tests/engine/verl",
+        "inspo_engine/backends/verl",
+        "inspo_engine/verl_job.py",
+        "tests/workers/test_gpu_task.py",
+    )
 )
 """Where every module imports verl, which takes seconds on its own."""
 TORCH_PATHS = tuple(
@@ -306,3 +312,32 @@ def smoke_cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subpr
     done = subprocess.run(train, capture_output=True, text=True, cwd=ROOT, env=env, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, done
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 2-layer, 64-wide Llama with random weights over SmolLM2's real tokenizer, saved as a Hugging Face directory:
+    real forward passes, rollouts and GRPO updates in milliseconds, for every test in which SmolLM2's weights are not
+    the point (the platform, the workers, checkpoints, adapters)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from inspo_engine.backends.torch.model import SMOLLM2, resolve_model
+
+    target = tmp_path_factory.mktemp("models") / "tiny-llama"
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(SMOLLM2, ROOT / "cache" / "test-models"))
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    LlamaForCausalLM(config).save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    return target

@@ -26,31 +26,13 @@ def _record_instead_of_sending(enqueued: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """INSPO_DATA_DIR holding shared/tiny-llama: a 2-layer, 64-wide Llama with random weights over SmolLM2's
-    tokenizer, saved as a Hugging Face directory. Real forward passes and GRPO updates in milliseconds."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from inspo_engine.backends.torch.model import SMOLLM2, resolve_model
+def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path) -> Path:
+    """INSPO_DATA_DIR holding shared/tiny-llama: the session's tiny random-weight Llama over SmolLM2's tokenizer
+    (`tiny_llama_dir`). Real forward passes and GRPO updates in milliseconds."""
+    import shutil
 
     root = tmp_path_factory.mktemp("data")
-    target = root / "shared" / "tiny-llama"
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(SMOLLM2, Path("cache") / "test-models"))
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    LlamaForCausalLM(config).save_pretrained(target)
-    tokenizer.save_pretrained(target)
+    shutil.copytree(tiny_llama_dir, root / "shared" / "tiny-llama")
     return root
 
 

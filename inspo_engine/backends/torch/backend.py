@@ -12,13 +12,14 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoints import OPTIMIZER_DIR
+from ...checkpoints import MERGED_DIR, OPTIMIZER_DIR
 from ...config import RunConfig, loss_norm_tokens, reward_scaling
 from ...env.protocol import Retriever
 from ...env.rewards import REWARDS
 from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
+from .adapters import is_adapter, load_adapter, name_the_base, save_merged
 from .grpo import FORWARD_TOKENS, GRPOTrainer, scaled_advantages
 from .model import load_policy, pick_device, resolve_model
 from .precision import NARROW_DTYPES, plan, resolve
@@ -60,20 +61,29 @@ class TorchBackend:
             reference_dtype=backend.reference_dtype,
         )
         self.computes_in: str = self.precision.name
-        path = model_path or resolve_model(backend.model, cache_dir)
+        # a LoRA checkpoint's policy/ is an adapter: the run's base model, with the adapter loaded below
+        adapter = model_path if model_path is not None and is_adapter(model_path) else None
+        if adapter is not None and not config.grpo.use_lora:
+            raise ValueError(f"{adapter} holds LoRA adapters, but this config has grpo.use_lora off")
+        path = resolve_model(backend.model, cache_dir) if adapter is not None or model_path is None else model_path
+        self.model_name = backend.model
+        self.total_steps = config.grpo.total_steps
         # the CPU's pass budget bounds its heap; a GPU runs larger passes (more work per kernel, same results)
         forward_tokens = FORWARD_TOKENS if self.on_cpu else GPU_FORWARD_TOKENS
         model, tokenizer = load_policy(path, device=self.device, dtype=self.precision.master)
         self.tokenizer = tokenizer
-        self.trainer = GRPOTrainer(
-            model,
-            tokenizer,
-            dataclasses.replace(config.grpo, norm_tokens=loss_norm_tokens(config)),
-            device=self.device,
-            reference_storage=self.precision.reference,
-            compute_dtype=self.precision.compute,
-            forward_tokens=forward_tokens,
-        )
+        # LoRA's initial adapters are random: drawn from the run's seed, so that the same seed trains the same run
+        with torch.random.fork_rng(devices=[self.device.index or 0] if self.device.type == "cuda" else []):
+            torch.manual_seed(config.seed)
+            self.trainer = GRPOTrainer(
+                model,
+                tokenizer,
+                dataclasses.replace(config.grpo, norm_tokens=loss_norm_tokens(config)),
+                device=self.device,
+                reference_storage=self.precision.reference,
+                compute_dtype=self.precision.compute,
+                forward_tokens=forward_tokens,
+            )
         settings = RolloutSettings.from_config(
             config.env,
             temperature=config.grpo.sampling_temperature,
@@ -89,6 +99,9 @@ class TorchBackend:
             weights_dtype=self.precision.rollout,
             record_logprobs=self.precision.rollout is not None or config.grpo.rollout_correction == "tis",
         )
+        if adapter is not None:
+            assert self.trainer.peft is not None
+            load_adapter(self.trainer.peft, adapter, self.device)
         self.generator = torch.Generator(device=self.device).manual_seed(config.seed)
         self.score_batch = score_batch
         self.drop_uniform_groups = config.grpo.drop_uniform_groups
@@ -149,10 +162,16 @@ class TorchBackend:
         return [QuestionResult.of_trajectory(t) for t in self.answer(instruction, questions)]
 
     def save(self, directory: Path) -> None:
-        """`policy/` is a plain Hugging Face directory (what users download); `training/` holds the optimizer,
-        scheduler and sampling state that only resuming needs."""
+        """`policy/` is a plain Hugging Face directory (what users download), or with LoRA the adapters in peft's
+        format (megabytes), plus at the last step `merged/`, the policy with its adapters merged; `training/` holds
+        the optimizer, scheduler and sampling state that only resuming needs."""
         self.trainer.save(directory / POLICY_DIR, state_dir=directory / TRAINING_DIR)
         torch.save(self.generator.get_state(), directory / TRAINING_DIR / GENERATOR_FILE)
+        peft = self.trainer.peft
+        if peft is not None:
+            name_the_base(directory / POLICY_DIR, self.model_name)
+            if self.trainer.steps_done >= self.total_steps:
+                save_merged(peft, self.tokenizer, directory / MERGED_DIR, dtype=self.precision.master)
 
     def load(self, directory: Path) -> None:
         if not (directory / TRAINING_DIR).is_dir():
