@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict
 from typing import Any
 
-from .events import Event, PopulationCollapsed, PopulationDiversity, PopulationRecovered
+from .events import Diversity, Event, PopulationCollapsed, PopulationDiversity, PopulationRecovered
 
 Vector = Sequence[float]
 Embed = Callable[[Sequence[str]], list[list[float]]]
@@ -119,20 +119,6 @@ def sampling_entropy(probabilities: Sequence[float]) -> tuple[float, float | Non
     entropy = max(0.0, entropy)
     n = len(probabilities)
     return entropy, (min(1.0, entropy / math.log(n)) if n >= 2 else None)
-
-
-@dataclass(frozen=True)
-class Diversity:
-    """One population record's measures (None where a measure needs at least two members)."""
-
-    size: int
-    cosine_mean: float | None
-    cosine_min: float | None
-    cosine_max: float | None
-    jaccard_mean: float | None
-    strategies: int
-    entropy: float
-    entropy_normalised: float | None
 
 
 def measure(
@@ -267,7 +253,7 @@ class DiversityTracker:
         """The record's PopulationDiversity, followed by PopulationCollapsed or PopulationRecovered when the alarm
         trips or clears at it."""
         diversity = measure(texts, self.vectors(texts), probabilities, strategy_cosine=self.strategy_cosine)
-        events: list[Event] = [PopulationDiversity(step=step, reason=reason, **diversity.__dict__)]
+        events: list[Event] = [PopulationDiversity(step=step, reason=reason, **asdict(diversity))]
         reasons = collapse_reasons(diversity, cosine=self.collapse_cosine, entropy=self.collapse_entropy)
         since = self.monitor.collapsed_since
         change = self.monitor.observe(step, reasons)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, TextIO
 
+from .types import TrajectoryRecord as TrajectoryRecord  # re-exported: events carry it
+
 
 @dataclass(frozen=True)
 class Event:
@@ -46,6 +48,22 @@ class MemberStats:
     probability: float
     samples: int
     mean_reward: float | None
+
+
+@dataclass(frozen=True)
+class Diversity:
+    """How alike a population's living instructions are (see `diversity`, which measures it): pairwise embedding
+    cosine, word-set Jaccard overlap, distinct strategies and the entropy of the sampling distribution. Pairwise
+    measures are None for a population of one."""
+
+    size: int
+    cosine_mean: float | None
+    cosine_min: float | None
+    cosine_max: float | None
+    jaccard_mean: float | None
+    strategies: int
+    entropy: float
+    entropy_normalised: float | None
 
 
 @dataclass(frozen=True)
@@ -115,22 +133,6 @@ class StepCompleted(Event):
 
 
 @dataclass(frozen=True)
-class TrajectoryRecord:
-    """One logged rollout, as the trajectory viewer shows it: `Trajectory.to_dict`'s fields."""
-
-    instruction_id: str
-    question_id: str
-    question: str
-    golden_answers: list[str]
-    response: str
-    reward: float
-    answer: str | None = None
-    tool_calls: int = 0
-    response_tokens: int = 0
-    error: str | None = None
-
-
-@dataclass(frozen=True)
 class TrajectoriesSampled(Event):
     """A few rollouts of a step, for the trajectory viewer."""
 
@@ -140,33 +142,28 @@ class TrajectoriesSampled(Event):
 
 
 @dataclass(frozen=True)
-class PopulationChanged(Event):
+class PopulationRecord(Event):
+    """Base of the events of one population record: the step and why it was recorded (init, step, pruned, …)."""
+
+    step: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class PopulationChanged(PopulationRecord):
     """The population after a step or a change: weight, sampling probability, samples and reward per member."""
 
     kind: ClassVar[str] = "population_changed"
-    step: int
-    reason: str
     members: list[MemberStats]
     best_id: str
 
 
 @dataclass(frozen=True)
-class PopulationDiversity(Event):
-    """How alike the living instructions are, measured at each population record (same step and reason as its
-    PopulationChanged): pairwise embedding cosine, word-set Jaccard overlap, distinct strategies and the entropy of
-    the sampling distribution (see `diversity`). Pairwise measures are None for a population of one."""
+class PopulationDiversity(Diversity, PopulationRecord):
+    """A population record's `Diversity` (same step and reason as its PopulationChanged); on the wire its measures
+    follow `step` and `reason` as fields of their own."""
 
     kind: ClassVar[str] = "population_diversity"
-    step: int
-    reason: str
-    size: int
-    cosine_mean: float | None
-    cosine_min: float | None
-    cosine_max: float | None
-    jaccard_mean: float | None
-    strategies: int
-    entropy: float
-    entropy_normalised: float | None
 
 
 @dataclass(frozen=True)

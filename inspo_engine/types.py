@@ -1,8 +1,9 @@
-"""Plain data shared by the engine's parts: questions, rollout requests and trajectories; no behaviour."""
+"""Plain data shared by the engine's parts: questions, rollout requests, trajectories and the record a trajectory is
+stored and sent as; no behaviour."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -42,30 +43,56 @@ class Trajectory:
     error: str | None = None
     payload: Any = field(default=None, repr=False, compare=False)
 
+    def record(self) -> TrajectoryRecord:
+        """The trajectory as it is stored and sent (the backend's payload dropped)."""
+        return TrajectoryRecord(
+            instruction_id=self.instruction_id,
+            question_id=self.question.id,
+            question=self.question.text,
+            golden_answers=list(self.question.golden_answers),
+            response=self.response,
+            reward=self.reward,
+            answer=self.answer,
+            tool_calls=self.tool_calls,
+            response_tokens=self.response_tokens,
+            error=self.error,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "instruction_id": self.instruction_id,
-            "question_id": self.question.id,
-            "question": self.question.text,
-            "golden_answers": list(self.question.golden_answers),
-            "response": self.response,
-            "reward": self.reward,
-            "answer": self.answer,
-            "tool_calls": self.tool_calls,
-            "response_tokens": self.response_tokens,
-            "error": self.error,
-        }
+        """`record()` as JSON-able data."""
+        return asdict(self.record())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Trajectory:
-        question = Question(data["question_id"], data["question"], tuple(data["golden_answers"]))
-        return cls(
-            instruction_id=data["instruction_id"],
-            question=question,
-            response=data["response"],
-            reward=float(data["reward"]),
-            answer=data.get("answer"),
-            tool_calls=int(data.get("tool_calls", 0)),
-            response_tokens=int(data.get("response_tokens", 0)),
-            error=data.get("error"),
+        """A trajectory from `to_dict`'s data."""
+        return TrajectoryRecord(**data).trajectory()
+
+
+@dataclass(frozen=True)
+class TrajectoryRecord:
+    """One rollout as it is stored and sent (replay state, `TrajectoriesSampled` events, answers files): a
+    Trajectory's fields with its question spelt out, without the backend's payload."""
+
+    instruction_id: str
+    question_id: str
+    question: str
+    golden_answers: list[str]
+    response: str
+    reward: float
+    answer: str | None = None
+    tool_calls: int = 0
+    response_tokens: int = 0
+    error: str | None = None
+
+    def trajectory(self) -> Trajectory:
+        """The Trajectory it records (numbers read as the types they are, whatever JSON made of them)."""
+        return Trajectory(
+            instruction_id=self.instruction_id,
+            question=Question(self.question_id, self.question, tuple(self.golden_answers)),
+            response=self.response,
+            reward=float(self.reward),
+            answer=self.answer,
+            tool_calls=int(self.tool_calls),
+            response_tokens=int(self.response_tokens),
+            error=self.error,
         )
