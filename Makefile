@@ -49,9 +49,9 @@ test: lint frontend-test frontend browser docs
 # Compiled bytecode goes to .venv/pycache even where PYTHONDONTWRITEBYTECODE is set (as in this shell): without it
 # every run compiles the project and rewrites the tests' asserts again, about 10 s. The source tree gets no .pyc.
 FAST_MARKERS := not (slow or gpu or browser or weights or verl or torch)
-FAST_IGNORE := tests/engine/verl inspo_engine/backends/verl tests/workers/test_gpu_task.py tests/engine/torch_backend \
-	inspo_engine/backends/torch tests/engine/test_losses.py tests/engine/test_machine.py tests/engine/test_evaluate.py \
-	tests/engine/test_optimizers_local.py
+FAST_IGNORE := tests/engine/verl inspo_engine/backends/verl inspo_engine/verl_job.py tests/workers/test_gpu_task.py \
+	tests/engine/torch_backend inspo_engine/backends/torch tests/engine/test_losses.py tests/engine/test_machine.py \
+	tests/engine/test_evaluate.py tests/engine/test_optimizers_local.py
 test-fast: install
 	PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX=$(CURDIR)/$(VENV)/pycache $(PY) -m pytest -m "$(FAST_MARKERS)" \
 		$(addprefix --ignore=,$(FAST_IGNORE)) --nomigrations --durations=15 $(PYTEST_ARGS)

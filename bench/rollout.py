@@ -40,12 +40,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.model import load_policy  # noqa: E402
 from inspo_engine.backends.torch.precision import plan  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, RolloutWeights, _Row  # noqa: E402
 from inspo_engine.backends.torch.samples import RolloutSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION  # noqa: E402
 from inspo_engine.env.protocol import Passage  # noqa: E402
+from inspo_engine.models import SMOLLM2, resolve_model  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
 QUESTIONS = (

@@ -67,13 +67,14 @@ from bench.gpu import SHAPES, build_model, byte_tokenizer  # noqa: E402
 from bench.rollout import FixedLengthEngine, FixedPassages  # noqa: E402
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages  # noqa: E402
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model  # noqa: E402
+from inspo_engine.backends.torch.model import load_policy  # noqa: E402
 from inspo_engine.backends.torch.precision import plan  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutSettings, _Row  # noqa: E402
 from inspo_engine.backends.torch.samples import TrainSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION, GRPOConfig  # noqa: E402
 from inspo_engine.env.datasets import load_questions  # noqa: E402
 from inspo_engine.env.protocol import chat_messages  # noqa: E402
+from inspo_engine.models import SMOLLM2, resolve_model  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
 
 DEVICE = torch.device("cpu")

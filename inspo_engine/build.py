@@ -1,6 +1,8 @@
-"""Builds a ready-to-run CoEvolution from a RunConfig: data, retriever, backend and optimizer; it trains nothing.
+"""Builds a ready-to-run CoEvolution from a RunConfig (data, retriever, backend and optimizer), and a checkpoint's
+policy to evaluate; it trains nothing.
 
-The CLI and the web app's workers both start runs through `build_run`, so a run means the same thing everywhere.
+The CLI, the web app's workers and the verl job all start runs through `build_run`, so a run means the same thing
+everywhere. It is the one module below the entry points that constructs a backend.
 """
 
 from __future__ import annotations
@@ -8,18 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .backends.base import PolicyBackend
 from .coevolution import CoEvolution
-from .config import EvalConfig, RunConfig
+from .config import RunConfig
 from .control import ControlChannel
-from .env.datasets import load_corpus, load_questions
+from .env.datasets import eval_questions, load_corpus, load_questions
 from .env.protocol import Passage, Retriever
 from .env.retrievers import build_retriever
 from .events import EventSink
 from .netpolicy import NetPolicy
 from .optimizers import optimizer_for
+from .policy import PolicyBackend
 from .types import Question
+
+if TYPE_CHECKING:
+    from .backends.torch.backend import TorchBackend
 
 
 @dataclass
@@ -38,19 +44,6 @@ def load_inputs(config: RunConfig) -> RunInputs:
     eval_sets = {name: eval_questions(config.eval, name) for name in config.eval.benchmarks}
     corpus = None if env.retriever == "remote" else load_corpus(env.corpus)
     return RunInputs(train=train, eval_sets=eval_sets, corpus=corpus)
-
-
-def eval_questions(evaluation: EvalConfig, benchmark: str) -> list[Question]:
-    """The questions a run is evaluated on: the benchmark's `split` (a FlashRAG file is its own), then its first
-    `eval_samples` (0 = all), or with a `sample_seed` that many drawn by the seed, so every run of an experiment
-    answers the same ones."""
-    limit = evaluation.eval_samples or None
-    if evaluation.sample_seed is None:
-        return load_questions(benchmark, evaluation.split, limit=limit)
-    from .evaluate import sample_questions  # evaluate builds retrievers with this module
-
-    questions = load_questions(benchmark, evaluation.split)
-    return sample_questions(questions, limit or len(questions), seed=evaluation.sample_seed)
 
 
 def make_retriever(
@@ -72,6 +65,18 @@ def make_backend(config: RunConfig, retriever: Retriever, cache_dir: Path) -> Po
     from .backends.torch.backend import TorchBackend
 
     return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models")
+
+
+def checkpoint_policy(
+    config: RunConfig, policy_dir: Path | None, cache_dir: Path, retriever_policy: NetPolicy | None = None
+) -> TorchBackend:
+    """A checkpoint's policy (its `policy/` Hugging Face directory; None = the config's own, untrained model) with the
+    run's retriever, ready to `answer` (see `evaluate`)."""
+    from .backends.torch.backend import TorchBackend
+
+    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
+    retriever = make_retriever(config, corpus, cache_dir, retriever_policy)
+    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
 
 
 def build_run(

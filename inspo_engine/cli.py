@@ -365,7 +365,8 @@ def command_control(args: argparse.Namespace) -> int:
 
 
 def command_eval(args: argparse.Namespace) -> int:
-    from .evaluate import answer_scores, checkpoint_best, checkpoint_policy, evaluate_checkpoint
+    from .build import checkpoint_policy
+    from .evaluate import answer_scores, checkpoint_best, evaluate_checkpoint
 
     if args.record and (args.checkpoint is None or args.instruction):
         raise UsageError("--record needs --checkpoint and the checkpoint's own I* (no --instruction)")

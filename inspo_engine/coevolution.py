@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .backends.base import PolicyBackend
 from .checkpoints import (
     OPTIMIZER_DIR,
     checkpoint_path,
@@ -54,6 +53,7 @@ from .evolution import Evolution, Ledger
 from .machine import describe as describe_machine
 from .machine import peak_rss_kib
 from .optimizers.base import OptimizerBudget, OptimizerClient
+from .policy import PolicyBackend
 from .population import Instruction, Population
 from .replay import ReplayBuffer
 from .schedule import Phase, needs_optimizer, phases_for

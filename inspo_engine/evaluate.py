@@ -1,29 +1,24 @@
-"""Evaluates a checkpoint (or a config's untrained model): its best instruction, its policy, and EM, F1, answer and
-format rates per benchmark. The CLI's `eval` and the web app's evaluation task both go through
+"""Evaluates a checkpoint (or a config's untrained model): its best instruction, and EM, F1, answer and format rates
+per benchmark of a policy's greedy answers. The CLI's `eval` and the web app's evaluation task both go through
 `evaluate_checkpoint`, the web app's heatmap task through `evaluate_grid` (several instructions × several
-checkpoints on one question sample); they train nothing and store nothing.
+checkpoints on one question sample); they train nothing and store nothing. The policy is the caller's (an
+`Answerer`, such as the one `build.checkpoint_policy` loads): this module builds no backend.
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from .build import make_retriever
 from .checkpoints import read_state
 from .config import RunConfig
-from .env.datasets import load_corpus, load_questions
+from .env.datasets import load_questions
 from .env.rewards import exact_match, f1, is_valid_format
-from .netpolicy import NetPolicy
 from .population import Instruction, Population
 from .types import Question, Trajectory
-
-if TYPE_CHECKING:
-    from .backends.torch.backend import TorchBackend
 
 
 class Answerer(Protocol):
@@ -86,22 +81,6 @@ def evaluate_grid(
         del policy  # the next checkpoint's weights load after this one's are released
 
 
-def sample_questions(questions: Sequence[Question], size: int, *, seed: int) -> list[Question]:
-    """`size` of the questions drawn without replacement by `seed` (all of them when there are no more), in the
-    benchmark's order: the same benchmark, size and seed give the same questions, so results on them compare.
-
-    >>> qs = [Question(str(i), f"q{i}", ("a",)) for i in range(10)]
-    >>> [q.id for q in sample_questions(qs, 4, seed=1)] == [q.id for q in sample_questions(qs, 4, seed=1)]
-    True
-    >>> len(sample_questions(qs, 4, seed=1)), len(sample_questions(qs, 40, seed=1))
-    (4, 10)
-    """
-    if size >= len(questions):
-        return list(questions)
-    picked = sorted(random.Random(seed).sample(range(len(questions)), size))
-    return [questions[i] for i in picked]
-
-
 def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
     """I* of the population saved with a checkpoint."""
     state = read_state(checkpoint_dir)
@@ -115,18 +94,6 @@ def checkpoint_best(checkpoint_dir: Path, config: RunConfig) -> Instruction:
     )
     population.load_state(state["population"])
     return population.best()
-
-
-def checkpoint_policy(
-    config: RunConfig, policy_dir: Path | None, cache_dir: Path, retriever_policy: NetPolicy | None = None
-) -> TorchBackend:
-    """A checkpoint's policy (its `policy/` Hugging Face directory; None = the config's own, untrained model) with the
-    run's retriever, ready to `answer`."""
-    from .backends.torch.backend import TorchBackend
-
-    corpus = None if config.env.retriever == "remote" else load_corpus(config.env.corpus)
-    retriever = make_retriever(config, corpus, cache_dir, retriever_policy)
-    return TorchBackend(config, retriever=retriever, cache_dir=cache_dir / "models", model_path=policy_dir)
 
 
 def answer_scores(trajectories: Sequence[Trajectory]) -> dict[str, float]:

@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .backends.base import PolicyBackend
 from .config import RunConfig
 from .diversity import DiversityTracker
 from .events import (
@@ -29,6 +28,7 @@ from .events import (
     StageStarted,
 )
 from .optimizers.base import OptimizerBudget, OptimizerClient, OptimizerError
+from .policy import PolicyBackend
 from .population import Instruction, Population
 from .proposers import (
     OPTIMIZER_SYSTEM_PROMPT,

@@ -13,9 +13,10 @@ from pathlib import Path
 
 from django.conf import settings
 
+from inspo_engine.build import checkpoint_policy
 from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.config import RunConfig
-from inspo_engine.evaluate import Answerer, checkpoint_best, checkpoint_policy, evaluate_checkpoint
+from inspo_engine.evaluate import Answerer, checkpoint_best, evaluate_checkpoint
 from webapp.runs import lifecycle
 from webapp.runs.endpoints import net_policy
 from webapp.runs.models import Evaluation, EvaluationRequest, Instruction

@@ -17,9 +17,9 @@ from django.conf import settings
 
 from inspo_engine import events as ev
 from inspo_engine.checkpoints import POLICY_DIR
-from inspo_engine.env.datasets import load_questions
+from inspo_engine.env.datasets import load_questions, sample_questions
 from inspo_engine.env.rewards import exact_match, f1
-from inspo_engine.evaluate import Answerer, CellResult, evaluate_grid, sample_questions
+from inspo_engine.evaluate import Answerer, CellResult, evaluate_grid
 from webapp.runs import lifecycle
 from webapp.runs.models import Heatmap, HeatmapCell
 from webapp.runs.selectors import run_directory

@@ -16,8 +16,8 @@ from uuid import UUID
 from django.conf import settings
 
 from inspo_engine import events as ev
-from inspo_engine.backends.base import PolicyBackend
 from inspo_engine.config import RunConfig
+from inspo_engine.policy import PolicyBackend
 from inspo_engine.redact import RedactingSink, Redactor, redacted_logging
 from inspo_engine.tracking import TrackingSink
 from webapp.accounts.secrets import team_secret_values

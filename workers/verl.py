@@ -2,7 +2,7 @@
 database sink, a cancel turned into the job's stop file (then SIGTERM, then SIGKILL to its process group), and a
 job that dies reported with the end of its log. It knows processes and files; the engine runs in the subprocess.
 
-The command is the launcher's (`python -m inspo_engine.backends.verl.main <overrides>`) unless INSPO_VERL_COMMAND
+The command is the launcher's (`python -m inspo_engine.verl_job <overrides>`) unless INSPO_VERL_COMMAND
 names another program, which then gets the same overrides (tests use a fake job that writes real engine events).
 """
 

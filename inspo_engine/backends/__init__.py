@@ -1,5 +1,6 @@
-"""Policy backends: the protocol every backend implements; the torch and verl implementations live in subpackages."""
+"""Policy backends: torch/ (one process, CPU or one GPU) and verl/ (a GPU cluster), each an implementation of the
+`inspo_engine.policy.PolicyBackend` protocol; the core never imports them."""
 
-from .base import PolicyBackend, UpdateResult
+from ..policy import PolicyBackend, UpdateResult
 
 __all__ = ["PolicyBackend", "UpdateResult"]

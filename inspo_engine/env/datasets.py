@@ -1,13 +1,15 @@
-"""Questions and passage corpora by name or path: the built-in set and FlashRAG JSONL files; no retrieval."""
+"""Questions and passage corpora by name or path (the built-in set and FlashRAG JSONL files) and the seeded samples of
+them that runs are evaluated on; no retrieval."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+import random
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from inspo_engine.config import split_errors
+from inspo_engine.config import EvalConfig, split_errors
 from inspo_engine.env.builtin import builtin_dataset
 from inspo_engine.env.protocol import Passage
 from inspo_engine.types import Question
@@ -133,6 +135,33 @@ def load_questions(name_or_path: str, split: str = "train", *, limit: int | None
         f"unknown dataset {name_or_path!r}: expected 'builtin', a FlashRAG .jsonl file "
         "or a directory holding <split>.jsonl files"
     )
+
+
+def sample_questions(questions: Sequence[Question], size: int, *, seed: int) -> list[Question]:
+    """`size` of the questions drawn without replacement by `seed` (all of them when there are no more), in the
+    benchmark's order: the same benchmark, size and seed give the same questions, so results on them compare.
+
+    >>> qs = [Question(str(i), f"q{i}", ("a",)) for i in range(10)]
+    >>> [q.id for q in sample_questions(qs, 4, seed=1)] == [q.id for q in sample_questions(qs, 4, seed=1)]
+    True
+    >>> len(sample_questions(qs, 4, seed=1)), len(sample_questions(qs, 40, seed=1))
+    (4, 10)
+    """
+    if size >= len(questions):
+        return list(questions)
+    picked = sorted(random.Random(seed).sample(range(len(questions)), size))
+    return [questions[i] for i in picked]
+
+
+def eval_questions(evaluation: EvalConfig, benchmark: str) -> list[Question]:
+    """The questions a run is evaluated on: the benchmark's `split` (a FlashRAG file is its own), then its first
+    `eval_samples` (0 = all), or with a `sample_seed` that many drawn by the seed, so every run of an experiment
+    answers the same ones."""
+    limit = evaluation.eval_samples or None
+    if evaluation.sample_seed is None:
+        return load_questions(benchmark, evaluation.split, limit=limit)
+    questions = load_questions(benchmark, evaluation.split)
+    return sample_questions(questions, limit or len(questions), seed=evaluation.sample_seed)
 
 
 def load_corpus(name_or_path: str) -> list[Passage]:

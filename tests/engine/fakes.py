@@ -14,8 +14,8 @@ from pathlib import Path
 
 from werkzeug import Request, Response
 
-from inspo_engine.backends.base import QuestionResult, UpdateResult
 from inspo_engine.checkpoints import POLICY_DIR
+from inspo_engine.policy import QuestionResult, UpdateResult
 from inspo_engine.types import Question, RolloutRequest, Trajectory
 
 # phrase in the instruction -> (effect on the success rate, the failure it prevents)

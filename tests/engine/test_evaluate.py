@@ -12,7 +12,8 @@ import torch
 from inspo_engine.backends.torch.backend import TorchBackend
 from inspo_engine.checkpoints import POLICY_DIR
 from inspo_engine.env.builtin import builtin_dataset
-from inspo_engine.evaluate import answer_scores, evaluate_grid, sample_questions
+from inspo_engine.env.datasets import sample_questions
+from inspo_engine.evaluate import answer_scores, evaluate_grid
 from inspo_engine.presets import preset
 
 from .torch_backend.conftest import CACHE_DIR, EchoRetriever

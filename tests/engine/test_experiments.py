@@ -395,8 +395,7 @@ def _rules(config, cache_dir):
 
 
 def test_every_arm_and_seed_is_evaluated_on_the_same_questions_drawn_by_the_sample_seed():
-    from inspo_engine.build import eval_questions
-    from inspo_engine.env.datasets import load_questions
+    from inspo_engine.env.datasets import eval_questions, load_questions
 
     experiment = experiment_from_dict(
         {"preset": "smoke", "arms": ["static", "inspo"], "seeds": 2, "evaluation": {"size": 10, "sample_seed": 4}}
@@ -415,8 +414,7 @@ def test_every_arm_and_seed_is_evaluated_on_the_same_questions_drawn_by_the_samp
 
 
 def test_without_a_sample_seed_a_run_is_evaluated_on_the_first_questions_as_before():
-    from inspo_engine.build import eval_questions
-    from inspo_engine.env.datasets import load_questions
+    from inspo_engine.env.datasets import eval_questions, load_questions
 
     config = preset("smoke")
     assert config.eval.sample_seed is None and config.eval.split == "test"

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 
 from inspo_engine.config import ConfigError, FieldError, RunConfig, TrackingConfig, field_value, resolve_key
+from inspo_engine.models import SMOLLM2
 from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
@@ -201,13 +202,11 @@ def _blamed_on_team_default(error: InvalidInput) -> InvalidInput:
 
 
 # Config fields that may name files on the workers' disks, with the names that are not files.
-BUILTIN_MODEL = "smollm2-135m-instruct"
-"""inspo_engine.backends.torch.model.SMOLLM2 (that module imports torch, so the name is repeated here)."""
 PATH_FIELDS: dict[str, frozenset[str]] = {
     "env.dataset": frozenset({"builtin"}),
     "env.corpus": frozenset({"builtin"}),
-    "backend.model": frozenset({BUILTIN_MODEL}),
-    "optimizer.local_model_path": frozenset({BUILTIN_MODEL}),
+    "backend.model": frozenset({SMOLLM2}),
+    "optimizer.local_model_path": frozenset({SMOLLM2}),
 }
 MODEL_FIELDS = ("backend.model", "optimizer.local_model_path")
 HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*")

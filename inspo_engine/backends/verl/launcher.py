@@ -10,7 +10,7 @@ A run directory looks like the torch backend's, plus verl's own:
     <out>/data/{train,val}.parquet    the questions in verl's row format
     <out>/STOP                        created by a caller to stop the run after the current step
 
-The job runs `python -m inspo_engine.backends.verl.main <overrides>`; Ray joins the cluster named by RAY_ADDRESS
+The job runs `python -m inspo_engine.verl_job <overrides>`; Ray joins the cluster named by RAY_ADDRESS
 when it is set, and starts a local one otherwise.
 """
 
@@ -34,7 +34,8 @@ from .overrides import AGENT_NAME, Cluster, RunPaths, quote, verl_overrides
 EVENTS_FILE = "events.jsonl"
 STOP_FILE = "STOP"
 VERL_DIR = "verl"
-MAIN_MODULE = "inspo_engine.backends.verl.main"
+MAIN_MODULE = "inspo_engine.verl_job"
+"""The job's entry point (`python -m`): an entry point of the engine beside `build`, which it imports."""
 OPTIMIZER_POLICY = "optimizer_policy"
 """The `inspo` key under which the job finds the network policy for its optimizer's base URL."""
 RETRIEVER_POLICY = "retriever_policy"
@@ -82,8 +83,7 @@ def write_parquet(records: list[dict[str, Any]], path: Path) -> Path:
 
 def write_data(config: RunConfig, data_dir: Path) -> tuple[Path, Path]:
     """train.parquet from `env.dataset`, val.parquet with every benchmark (`data_source` = its name)."""
-    from ...build import eval_questions
-    from ...env.datasets import load_questions
+    from ...env.datasets import eval_questions, load_questions
 
     train = write_parquet(rows(load_questions(config.env.dataset, "train"), "train"), data_dir / "train.parquet")
     val: list[dict[str, Any]] = []

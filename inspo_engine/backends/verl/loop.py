@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 
-from ...backends.base import QuestionResult
 from ...coevolution import CoEvolution, RunResult, evaluation_file, write_answers
 from ...env.protocol import Placement, chat_messages
 from ...events import EvalCompleted, TrackerFailed
+from ...policy import QuestionResult
 from ...population import Instruction, Population
 from ...replay import ReplayBuffer
 from ...types import Question, Trajectory

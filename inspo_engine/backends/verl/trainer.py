@@ -27,9 +27,9 @@ from verl.protocol import pad_dataproto_to_divisor, unpad_dataproto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.utils.metric import reduce_metrics
 
-from ...backends.base import QuestionResult, UpdateResult
 from ...checkpoints import POLICY_DIR
 from ...env.protocol import Placement
+from ...policy import QuestionResult, UpdateResult
 from ...types import Question, RolloutRequest, Trajectory
 from . import advantage  # noqa: F401  (registers the `inspo_grpo` estimator where verl computes advantages)
 from .loop import Fields, VerlLoop, data_source_counts, object_array, with_instruction

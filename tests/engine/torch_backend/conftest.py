@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
+from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.env.protocol import Passage
+from inspo_engine.models import SMOLLM2, resolve_model
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 

@@ -27,9 +27,10 @@ from inspo_engine.backends.torch.grpo import (
     policy_loss,
     token_logprobs,
 )
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
+from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import GRPOConfig
+from inspo_engine.models import SMOLLM2, resolve_model
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 CPU = torch.device("cpu")

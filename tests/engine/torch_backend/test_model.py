@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspo_engine.backends.torch import model as model_module
-from inspo_engine.backends.torch.model import (
-    SMOLLM2,
-    DeviceUnavailableError,
-    ModelNotFoundError,
-    load_policy,
-    pick_device,
-    resolve_model,
-)
+from inspo_engine import models as model_module
+from inspo_engine.backends.torch.model import DeviceUnavailableError, load_policy, pick_device
+from inspo_engine.models import SMOLLM2, ModelNotFoundError, resolve_model
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
+from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.precision import native_bfloat16, plan, resolve
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import ConfigError, GRPOConfig, RunConfig
+from inspo_engine.models import SMOLLM2, resolve_model
 from inspo_engine.presets import preset
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"

@@ -30,7 +30,7 @@ from inspo_engine.backends.torch.grpo import (
     token_logprobs,
 )
 from inspo_engine.backends.torch.logits import split_causal_lm
-from inspo_engine.backends.torch.model import SMOLLM2, load_policy, resolve_model
+from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.prefix import (
     Layout,
     Segments,
@@ -40,6 +40,7 @@ from inspo_engine.backends.torch.prefix import (
 )
 from inspo_engine.backends.torch.samples import TrainSample
 from inspo_engine.config import GRPOConfig
+from inspo_engine.models import SMOLLM2, resolve_model
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 CPU = torch.device("cpu")

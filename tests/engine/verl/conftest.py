@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import torch
 
-from inspo_engine.backends.torch.model import SMOLLM2, resolve_model
 from inspo_engine.env.protocol import Passage, Retriever
 from inspo_engine.env.server import make_retrieval_server
+from inspo_engine.models import SMOLLM2, resolve_model
 
 CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 

@@ -21,7 +21,6 @@ from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 
 from inspo_engine.backends.verl.loop import INSTRUCTION_ID, UnsupportedMode, VerlLoop, object_array  # noqa: E402
-from inspo_engine.backends.verl.main import checkpoint_state  # noqa: E402
 from inspo_engine.backends.verl.overrides import AGENT_NAME  # noqa: E402
 from inspo_engine.backends.verl.trainer import InspoRayPPOTrainer, ValidationRecorder, VerlPolicy  # noqa: E402
 from inspo_engine.build import RunInputs, build_run  # noqa: E402
@@ -41,6 +40,7 @@ from inspo_engine.events import (  # noqa: E402
 )
 from inspo_engine.presets import preset  # noqa: E402
 from inspo_engine.types import Question  # noqa: E402
+from inspo_engine.verl_job import checkpoint_state  # noqa: E402
 
 G = 2
 

@@ -1,11 +1,14 @@
-"""The verl job: `python -m inspo_engine.backends.verl.main KEY=VALUE …` composes verl's trainer config with the
+"""The verl job: `python -m inspo_engine.verl_job KEY=VALUE …` composes verl's trainer config with the
 overrides, starts or joins Ray, and runs INSPO's TaskRunner on this node. Like the CLI, it is a boundary of the
 engine: it reads the optimizer's API key from INSPO_OPTIMIZER_API_KEY (the one key its caller gave it; see
-`launcher.job_environment`) and hands it over explicitly.
+`backends.verl.launcher.job_environment`) and hands it over explicitly.
 
 The TaskRunner follows verl's legacy one (`verl.trainer.main_ppo_v0.TaskRunner`): the same worker roles, resource
 pools and datasets, but `InspoRayPPOTrainer` with the population attached. It is pinned to the node that started
 the job, so the events file and the run directory it writes are the ones the caller reads.
+
+It is an entry point beside `build.py` and `cli.py`, not a part of the verl backend: it wires the backend (verl's
+trainer, `backends/verl`) to a run built by `build.build_run`, so the backend never imports the entry level.
 """
 
 from __future__ import annotations
@@ -22,15 +25,22 @@ import ray
 from verl.trainer.main_ppo import run_ppo
 from verl.trainer.main_ppo_v0 import BaseTaskRunner
 
-from ...checkpoints import STATE_FILE, checkpoint_path, read_state
-from ...config import RunConfig
-from ...control import FileControlChannel
-from ...environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
-from ...events import JsonlSink
-from .config import compose
-from .launcher import EVENTS_FILE, OPTIMIZER_POLICY, STOP_FILE, VERL_DIR, job_policy, merge_fsdp_checkpoint
-from .loop import VerlLoop, question_of
-from .tracking import TRACKER_SECRETS, job_tracking_environment
+from .backends.verl.config import compose
+from .backends.verl.launcher import (
+    EVENTS_FILE,
+    OPTIMIZER_POLICY,
+    STOP_FILE,
+    VERL_DIR,
+    job_policy,
+    merge_fsdp_checkpoint,
+)
+from .backends.verl.loop import VerlLoop, question_of
+from .backends.verl.tracking import TRACKER_SECRETS, job_tracking_environment
+from .checkpoints import STATE_FILE, checkpoint_path, read_state
+from .config import RunConfig
+from .control import FileControlChannel
+from .environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE, cache_dir_from_env
+from .events import JsonlSink
 
 FORWARDED_ENV = (API_KEY_VARIABLE, CACHE_DIR_VARIABLE, *TRACKER_SECRETS)
 """Environment variables the TaskRunner actor needs from the job's environment (a joined cluster lacks them)."""
@@ -49,9 +59,10 @@ def checkpoint_state(out_dir: Path, step: int) -> dict[str, Any]:
 def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
     """The engine's loop for this job, wired by `build.build_run` as every run is: the `inspo` section names the run
     config, the run directory and the network policy its optimizer client checks each request against (see
-    `launcher.policy_overrides`); the questions are the job's dataset's, and verl validates on its own files."""
-    from ...build import RunInputs, build_run
-    from .trainer import VerlPolicy
+    `backends.verl.launcher.policy_overrides`); the questions are the job's dataset's, and verl validates on its own
+    files."""
+    from .backends.verl.trainer import VerlPolicy
+    from .build import RunInputs, build_run  # here: the driver process never builds the run, only the TaskRunner
 
     inspo = config.inspo
     out_dir = Path(inspo.out_dir)
@@ -96,7 +107,7 @@ class InspoTaskRunner(BaseTaskRunner):
         from verl.utils.config import omega_conf_to_dataclass, validate_config
         from verl.utils.dataset.rl_dataset import collate_fn
 
-        from .trainer import InspoRayPPOTrainer
+        from .backends.verl.trainer import InspoRayPPOTrainer
 
         OmegaConf.resolve(config)
         _, worker_group_cls = self.add_actor_rollout_worker(config)

@@ -1,4 +1,4 @@
-"""The verl job's run as `main.build_loop` wires it through `build.build_run`: from the command line the launcher
+"""The verl job's run as `verl_job.build_loop` wires it through `build.build_run`: from the command line the launcher
 prepares (composed by Hydra against verl's own yaml, as the job composes it) to the optimizer client, which checks
 the base URL against the network policy the worker gave the job, once when it is built and again on every request."""
 
@@ -19,11 +19,11 @@ require_verl()
 from inspo_engine.backends.verl.config import compose  # noqa: E402
 from inspo_engine.backends.verl.launcher import prepare  # noqa: E402
 from inspo_engine.backends.verl.loop import VerlLoop  # noqa: E402
-from inspo_engine.backends.verl.main import build_loop  # noqa: E402
 from inspo_engine.environ import API_KEY_VARIABLE, CACHE_DIR_VARIABLE  # noqa: E402
 from inspo_engine.netpolicy import NetPolicy, UrlRefused  # noqa: E402
 from inspo_engine.optimizers import OpenAICompatibleClient, OptimizerError  # noqa: E402
 from inspo_engine.presets import preset  # noqa: E402
+from inspo_engine.verl_job import build_loop  # noqa: E402
 
 pytest.importorskip("pandas")
 
