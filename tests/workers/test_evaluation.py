@@ -7,6 +7,7 @@ import pytest
 
 from inspo_engine.types import Trajectory
 from webapp.runs import services
+from webapp.runs.configs import team_data_dir
 from webapp.runs.models import Evaluation, EvaluationRequest
 from workers.evaluation import evaluation_execute
 
@@ -42,7 +43,12 @@ def test_evaluate_stores_em_and_f1_per_benchmark_once(scripted_run, alice):
 
 
 def test_a_failing_evaluation_records_the_reason(scripted_run, alice):
+    """A benchmark file removed after the request was accepted (one missing then is refused at once)."""
+    benchmark = team_data_dir(scripted_run.team) / "no-such-benchmark.jsonl"
+    benchmark.parent.mkdir(parents=True, exist_ok=True)
+    benchmark.write_text('{"id": "1", "question": "q", "golden_answers": ["a"]}\n')
     request = services.run_evaluate(run=scripted_run, user=alice, benchmarks=["no-such-benchmark.jsonl"])
+    benchmark.unlink()
     with pytest.raises(Exception):  # noqa: B017  (whatever the dataset loader raises)
         evaluation_execute(request_id=request.pk, answerer=Answers)
     request.refresh_from_db()

@@ -108,10 +108,11 @@ def config_total_steps(config: RunConfig) -> int:
     return sum(phase.steps for phase in phases_for(config))
 
 
-def config_admit(config: RunConfig, *, team: Team, team_tracking: bool = False) -> RunConfig:
+def config_admit(config: RunConfig, *, team: Team, team_tracking: bool = False, existing: bool = True) -> RunConfig:
     """The platform's rules for an engine-valid config that becomes a run of `team`, the same for a submission and
-    an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path), and
-    what the run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise.
+    an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path) and,
+    with `existing` (a submission: its run will read them; an import's run read them long ago), there, and what the
+    run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise.
 
     With `team_tracking` (a submission that chose no trackers, see `tracking_named`), the run's tracking section is
     first replaced by the team's default, if it has one, and checked as a run's own; its errors say so."""
@@ -121,7 +122,7 @@ def config_admit(config: RunConfig, *, team: Team, team_tracking: bool = False) 
     try:
         if default:
             config = _with_tracking(config, default)
-        return config_access_check(config_confine(config, team=team), team=team)
+        return config_access_check(config_confine(config, team=team, existing=existing), team=team)
     except InvalidInput as error:
         if default:
             raise _blamed_on_team_default(error) from error
@@ -217,24 +218,43 @@ def team_data_dir(team: Team) -> Path:
     return Path(settings.INSPO_DATA_DIR) / "teams" / str(team.pk)
 
 
-def confine_path(field: str, value: str, *, team: Team, known: frozenset[str] = frozenset({"builtin"})) -> str:
+def confine_path(
+    field: str,
+    value: str,
+    *,
+    team: Team,
+    known: frozenset[str] = frozenset({"builtin"}),
+    existing: bool = False,
+) -> str:
     """`value` when it is a known name (or, for a model, a hub id that is no path here), else the resolved path
     (`~` expanded, relative to the team's data directory, symlinks followed), which must lie inside the team's
-    data directory or the shared one. InvalidInput naming `field` otherwise."""
+    data directory or the shared one, and with `existing` be there. InvalidInput naming `field` otherwise; its
+    messages name no directory of the server, only paths inside the team's (or the shared) data directory."""
     root = team_data_dir(team)
     if value in known:
         return value
     if field in MODEL_FIELDS and HUB_ID.fullmatch(value) and not _exists(root / value):
         if not _exists(Path(value)):
             return value
-        raise InvalidInput({field: [f"{value!r} reads as a hub id but is also a path here; give the path in {root}"]})
+        message = f"{value!r} reads as a hub id but is also a path here; give its path in your team's data directory"
+        raise InvalidInput({field: [message]})
     path = Path(value).expanduser()
     resolved = (path if path.is_absolute() else root / path).resolve()
-    roots = (root.resolve(), Path(settings.INSPO_SHARED_DATA_DIR).resolve())
-    if any(resolved.is_relative_to(allowed) for allowed in roots):
-        return str(resolved)
-    message = f"{value!r}: file paths must lie in your team's data directory {root} or in {roots[1]}"
-    raise InvalidInput({field: [message]})
+    roots = {TEAM_DATA: root.resolve(), SHARED_DATA: Path(settings.INSPO_SHARED_DATA_DIR).resolve()}
+    where = next((name for name, allowed in roots.items() if resolved.is_relative_to(allowed)), None)
+    if where is None:
+        message = f"{value!r}: file paths must lie in your team's data directory or in the shared data directory"
+        raise InvalidInput({field: [message]})
+    if existing and not _exists(resolved):
+        inside = resolved.relative_to(roots[where]).as_posix()
+        raise InvalidInput({field: [f"{inside!r} does not exist in {where}; {_MISSING_HINTS.get(field, _DATA_HINT)}"]})
+    return str(resolved)
+
+
+TEAM_DATA = "your team's data directory"
+SHARED_DATA = "the shared data directory"
+_DATA_HINT = "name 'builtin', data uploaded on the Data page (data:<name>), or a file that is there"
+_MISSING_HINTS = {field: "name a hub id (owner/name) or a model directory that is there" for field in MODEL_FIELDS}
 
 
 def _exists(path: Path) -> bool:
@@ -245,22 +265,26 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def config_confine(config: RunConfig, *, team: Team) -> RunConfig:
+def config_confine(config: RunConfig, *, team: Team, existing: bool = False) -> RunConfig:
     """The config with every data reference pinned to its version (`data:<name>@<n>`, see `webapp.data`) and every
     path-like field resolved and confined to the team's data (see `confine_path`); InvalidInput under `config`
-    naming each field that names unknown data or points elsewhere."""
+    naming each field that names unknown data or points elsewhere, or with `existing` (a submission) a file that is
+    not there. A remote retriever reads no corpus, so its `env.corpus` need not exist."""
     config, _ = data_pin(config, team=team)
     confined: dict[str, Any] = {}
     errors: dict[str, list[str]] = {}
     for field, known in PATH_FIELDS.items():
         value = field_value(config, field)
         if value and not is_reference(value):
+            read = existing and not (field == "env.corpus" and config.env.retriever == "remote")
             try:
-                confined[field] = confine_path(field, value, team=team, known=known)
+                confined[field] = confine_path(field, value, team=team, known=known, existing=read)
             except InvalidInput as error:
                 errors |= error.errors
     try:
-        confined["eval.benchmarks"] = benchmark_paths(list(config.eval.benchmarks), team=team, field="eval.benchmarks")
+        confined["eval.benchmarks"] = benchmark_paths(
+            list(config.eval.benchmarks), team=team, field="eval.benchmarks", existing=existing
+        )
     except InvalidInput as error:
         errors |= error.errors
     if errors:
@@ -279,16 +303,16 @@ def _replaced(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:
     return _checked(dataclasses.replace(config, **changed))
 
 
-def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks") -> list[str]:
+def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks", existing: bool = True) -> list[str]:
     """Benchmark names: 'builtin', data references (pinned; see `webapp.data`), or files confined like any other
-    path."""
+    path and, with `existing` (an evaluation about to read them), there."""
     confined, errors = [], []
     for name in names:
         try:
             if is_reference(name):
                 confined.append(data_snapshot(name, team=team, field=field, kind="questions").reference)
                 continue
-            confined.append(confine_path(field, name, team=team))
+            confined.append(confine_path(field, name, team=team, existing=existing))
         except InvalidInput as error:
             errors += error.errors[field]
     if errors:

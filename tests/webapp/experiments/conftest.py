@@ -56,3 +56,15 @@ def committed(django_capture_on_commit_callbacks: Any) -> Any:
     """`with committed(execute=True): …` runs what the block enqueued on commit as it ends (the test's transaction
     never commits)."""
     return django_capture_on_commit_callbacks
+
+
+@pytest.fixture
+def nq_file(alice_team: Any, settings: Any, tmp_path: Any) -> Any:
+    """nq.jsonl in alice's team's data directory (a benchmark a submission names must be there)."""
+    from webapp.runs.configs import team_data_dir
+
+    settings.INSPO_DATA_DIR = tmp_path / "data"
+    path = team_data_dir(alice_team) / "nq.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"id": "1", "question": "q", "golden_answers": ["a"]}\n')
+    return path

@@ -196,7 +196,7 @@ def test_the_table_covers_the_seeds_that_finished_and_names_the_missing_ones(ali
     assert arms["static"]["reward_curve"]["steps"] == [1, 2, 3, 4]
 
 
-def test_several_benchmarks_give_a_verdict_each_and_one_over_their_unweighted_average(alice, api):
+def test_several_benchmarks_give_a_verdict_each_and_one_over_their_unweighted_average(alice, api, nq_file):
     response = create(api(alice), evaluation={"benchmarks": ["builtin", "nq.jsonl"], "size": 8})
     assert response.status_code == 201, response.json()
     assert response.json()["evaluation"]["benchmarks"] == ["builtin", "nq.jsonl"]

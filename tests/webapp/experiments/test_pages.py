@@ -42,7 +42,7 @@ def test_a_bad_override_in_the_form_is_shown_on_its_field(client, alice, alice_t
     assert not Experiment.objects.exists()
 
 
-def test_the_form_takes_several_benchmarks_and_every_run_is_evaluated_on_each(client, alice, alice_team):
+def test_the_form_takes_several_benchmarks_and_every_run_is_evaluated_on_each(client, alice, alice_team, nq_file):
     client.force_login(alice)
     data = {"team": alice_team.pk, "name": "two", "preset": "smoke", "arms": ["static", "inspo"], "seeds": 1}
     data |= {"baseline": "static", "questions": 8, "benchmarks": "builtin, nq.jsonl"}
@@ -64,7 +64,9 @@ def test_a_benchmark_outside_the_teams_data_is_shown_on_the_benchmarks_field(cli
     assert not Experiment.objects.exists()
 
 
-def test_the_page_of_several_benchmarks_shows_each_ones_verdicts_and_table_1_with_the_average(client, alice, api):
+def test_the_page_of_several_benchmarks_shows_each_ones_verdicts_and_table_1_with_the_average(
+    client, alice, api, nq_file
+):
     from tests.webapp.experiments.conftest import spec
 
     response = api(alice).post(

@@ -7,11 +7,12 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 
+from inspo_engine.config import PAPER_BENCHMARKS
 from inspo_engine.presets import preset
 from tests.factories import CheckpointFactory, RunFactory
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
 from webapp.runs import services
-from webapp.runs.configs import config_compose
+from webapp.runs.configs import config_compose, team_data_dir
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -43,7 +44,12 @@ def test_training_is_enqueued_only_after_commit_and_on_the_cpu_queue(
     assert enqueued == [("workers.tasks.run_training", [str(run.pk)], "cpu")]
 
 
-def test_a_verl_run_goes_to_the_gpu_queue(alice, alice_team, enqueued, django_capture_on_commit_callbacks):
+def test_a_verl_run_goes_to_the_gpu_queue(
+    alice, alice_team, enqueued, django_capture_on_commit_callbacks, settings, tmp_path
+):
+    settings.INSPO_DATA_DIR = tmp_path
+    for name in PAPER_BENCHMARKS:  # the paper preset's benchmarks, in the team's data
+        (team_data_dir(alice_team) / name).mkdir(parents=True)
     config = config_compose(preset="paper")
     with django_capture_on_commit_callbacks(execute=True):
         run = services.run_submit(team=alice_team, user=alice, name="paper", config=config)
@@ -215,6 +221,8 @@ def test_configs_may_name_files_only_inside_the_data_directory(alice, alice_team
         submit(alice_team, alice, **{field: value})
     assert field in caught.value.errors
     inside = (tmp_path / "teams" / str(alice_team.pk) / "nq" / "train.jsonl").resolve()  # the team's own data
+    inside.parent.mkdir(parents=True)
+    inside.write_text("{}\n")
     assert submit(alice_team, alice, **{"env.dataset": str(inside)}).config["env"]["dataset"] == str(inside)
 
 
