@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .coevolution import EVALUATIONS_DIR, evaluation_file, read_answers
 from .config import ConfigError, FieldError, RunConfig, resolve_key
 from .events import Event, RunFinished, RunStarted, StepCompleted, read_events
-from .machine import same_machine_groups
+from .machine import described, same_machine_groups
 from .presets import PRESETS, preset
 
 if TYPE_CHECKING:
@@ -454,10 +454,31 @@ def experiment_results(
         "arms": rows,
         "missing": missing,
         "complete": not missing,
-        "machines": [
-            {"machine": machine, "runs": group} for machine, group in same_machine_groups(dict(machines or {}))
-        ],
+        **machines_summary(machines or {}),
     }
+
+
+def machines_summary(machines: Mapping[str, dict[str, str] | None]) -> dict[str, Any]:
+    """`machines`: the runs grouped by what they recorded computing on (`machine`: the record, `described`: it in
+    words, `runs`: their names), and `machines_warning`: why that matters, when there is more than one group.
+
+    >>> machines_summary({"static-s0": {"cpu": "x"}, "inspo-s0": {"cpu": "x"}})["machines"]
+    [{'machine': {'cpu': 'x'}, 'described': 'cpu x', 'runs': ['static-s0', 'inspo-s0']}]
+    """
+    groups = same_machine_groups(dict(machines))
+    return {
+        "machines": [{"machine": machine, "described": described(machine), "runs": names} for machine, names in groups],
+        "machines_warning": machines_warning(len(groups)) if len(groups) > 1 else None,
+    }
+
+
+def machines_warning(count: int) -> str:
+    """What runs of one experiment on `count` kinds of machine mean for its verdicts."""
+    return (
+        f"The runs computed on {count} different machines. Arms are paired by seed, but runs of one seed on "
+        "different machines sample differently from their first step, so such pairs are no closer than unpaired "
+        "draws: rerun a control arm on the machine of the others before reading a difference."
+    )
 
 
 def _finished(scores: BenchmarkScores, names: Sequence[str]) -> list[int]:
@@ -587,8 +608,9 @@ def _average_comparison(
 
 def comparison_dict(result: Comparison) -> dict[str, Any]:
     """A comparison as JSON-able data, with the seeds a 5-point difference would need at its variance."""
-    from .stats import seeds_needed
+    from .stats import no_seeds_needed_reason, seeds_needed
 
+    needed = seeds_needed(result, DETECT, level=result.level)
     return {
         "mean": result.mean,
         "low": result.low,
@@ -600,7 +622,12 @@ def comparison_dict(result: Comparison) -> dict[str, Any]:
         "per_seed": {str(s): v for s, v in result.per_seed.items()},
         "method": result.method,
         "excludes_zero": result.excludes_zero(),
-        "seeds_needed": {"difference": DETECT, "seeds": seeds_needed(result, DETECT, level=result.level)},
+        "without_variance": result.without_variance(),
+        "seeds_needed": {
+            "difference": DETECT,
+            "seeds": needed,
+            "reason": None if needed is not None else no_seeds_needed_reason(result, DETECT, level=result.level),
+        },
     }
 
 
@@ -706,17 +733,10 @@ def _machines_markdown(groups: Sequence[Mapping[str, Any]]) -> list[str]:
     """A warning when the runs computed on more than one kind of machine (see `machine`), naming each."""
     if len(groups) < 2:
         return []
-    lines = [
-        "",
-        f"**The runs computed on {len(groups)} different machines.** Arms are paired by seed, but runs of one seed "
-        "on different machines sample differently from their first step, so such pairs are no closer than "
-        "unpaired draws: rerun a control arm on the machine of the others before reading a difference.",
-        "",
-    ]
+    first, rest = machines_warning(len(groups)).split(". ", 1)
+    lines = ["", f"**{first}.** {rest}", ""]
     for group in groups:
-        machine = group["machine"]
-        described = ", ".join(f"{key} {value}" for key, value in machine.items()) if machine else "not recorded"
-        lines.append(f"- {described}: {', '.join(group['runs'])}")
+        lines.append(f"- {described(group['machine'])}: {', '.join(group['runs'])}")
     return lines
 
 
@@ -729,6 +749,7 @@ def _markdown_row(row: Mapping[str, Any]) -> str:
         difference = (
             f"{100 * comparison['mean']:+.1f} [{100 * comparison['low']:+.1f}, {100 * comparison['high']:+.1f}]"
         )
+        difference += " (no variance)" if comparison.get("without_variance") else ""  # results.json of before
     else:
         difference = "baseline" if row["verdict"] is None else "–"
     verdict = (row["verdict"] or "").rsplit(": ", 1)[-1]

@@ -65,6 +65,15 @@ def _cpu(cpuinfo: Path) -> tuple[str, list[str]]:
     return model, [flag for flag in MATRIX_FLAGS if flag in present]
 
 
+def described(machine: dict[str, str] | None) -> str:
+    """A machine as a run recorded it, in words ("not recorded" for a run that recorded none).
+
+    >>> described({"cpu": "Xeon", "cpu_flags": "avx2", "threads": "2"}), described(None)
+    ('cpu Xeon, cpu_flags avx2, threads 2', 'not recorded')
+    """
+    return ", ".join(f"{key} {value}" for key, value in machine.items()) if machine else "not recorded"
+
+
 def same_machine_groups(machines: dict[str, dict[str, str] | None]) -> list[tuple[dict[str, str] | None, list[str]]]:
     """Run names grouped by the machine each recorded (None: a run that recorded none), in first-seen order.
 

@@ -23,6 +23,8 @@ SEEDS_T = "t over per-seed differences + shared-question variance"
 QUESTIONS_T = "t over questions (one seed: no seed variance)"
 AVERAGE_T = "t over per-seed differences of the benchmark average + each benchmark's shared-question variance × (1/B)²"
 MINUS = "\N{MINUS SIGN}"
+ZERO_WIDTH = 1e-12
+"""An interval no wider than this (rounding aside, none at all) has no variance behind it."""
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -251,8 +253,18 @@ class Comparison:
     def excludes_zero(self) -> bool:
         return self.low > 0.0 or self.high < 0.0
 
+    def without_variance(self) -> bool:
+        """Every paired difference was the same, on every question of every seed (both arms scored every question
+        alike, say): nothing varied, so the interval has no width and says nothing.
+
+        >>> Comparison("inspo", "static", 0.0, 0.0, 0.0, 0.95, 2, 8, {}, SEEDS_T).without_variance()
+        True
+        """
+        return self.high - self.low <= ZERO_WIDTH
+
     def verdict(self, unit: str = "EM points") -> str:
-        """The comparison in words; a unit ending in "points" shows values ×100 with one decimal.
+        """The comparison in words; a unit ending in "points" shows values ×100 with one decimal. An interval
+        without variance is said to be one.
 
         >>> Comparison("inspo", "static", -0.01, -0.051, 0.03, 0.95, 3, 195, {}, SEEDS_T).verdict()
         'inspo − static: −1.0 EM points [−5.1, +3.0] over 3 seeds × 195 questions: no detectable difference'
@@ -260,6 +272,9 @@ class Comparison:
         ...            benchmark_questions={"nq": 125, "hotpotqa": 500}).verdict()
         'inspo − static on Avg. of 2 benchmarks: +2.0 EM points [+1.0, +3.0] over 3 seeds × (125 + 500) questions: \
 inspo better than static'
+        >>> Comparison("inspo", "static", 0.0, 0.0, 0.0, 0.95, 2, 8, {}, SEEDS_T).verdict()
+        'inspo − static: +0.0 EM points [+0.0, +0.0] over 2 seeds × 8 questions (both arms scored every question \
+alike in every seed, so the interval cannot be estimated): no detectable difference'
         """
         scale, digits = (100.0, 1) if unit.endswith("points") else (1.0, 3)
 
@@ -268,7 +283,14 @@ inspo better than static'
             return text.replace("-", MINUS)
 
         seeds = f"{self.seeds} seed" + ("s" if self.seeds != 1 else "")
-        caveat = " (one seed: the interval counts question sampling only, no seed-to-seed variance)"
+        caveat = ""
+        if self.seeds == 1:
+            caveat = " (one seed: the interval counts question sampling only, no seed-to-seed variance)"
+        if self.without_variance():
+            alike = "both arms scored every question alike"
+            if self.mean != 0.0:
+                alike = "every question's score differed by the same amount"
+            caveat = f" ({alike} in every seed, so the interval cannot be estimated)"
         if self.high < 0.0:
             outcome = f"{self.arm} worse than {self.baseline}"
         elif self.low > 0.0:
@@ -281,7 +303,7 @@ inspo better than static'
         return (
             f"{self.arm} {MINUS} {self.baseline}{scope}: {signed(self.mean)} {unit} "
             f"[{signed(self.low)}, {signed(self.high)}] over {seeds} × {questions} questions"
-            f"{caveat if self.seeds == 1 else ''}: {outcome}"
+            f"{caveat}: {outcome}"
         )
 
 
@@ -476,6 +498,26 @@ def seeds_needed(comparison: Comparison, difference: float, *, power: float = 0.
         mid = (low + high) // 2
         low, high = (low, mid) if detects(mid) else (mid, high)
     return high
+
+
+def no_seeds_needed_reason(
+    comparison: Comparison, difference: float, *, power: float = 0.8, level: float = 0.95
+) -> str | None:
+    """Why `seeds_needed` gives no count for this comparison, in words; None when it gives one.
+
+    >>> no_seeds_needed_reason(Comparison("inspo", "static", 0.0, 0.0, 0.0, 0.95, 2, 8, {}, SEEDS_T), 0.05)
+    'every paired difference was the same, so there is no variance to extrapolate from'
+    """
+    if seeds_needed(comparison, difference, power=power, level=level) is not None:
+        return None
+    if comparison.seeds < 2:
+        return "one seed shows no seed-to-seed variance to extrapolate from"
+    if comparison.without_variance():
+        return "every paired difference was the same, so there is no variance to extrapolate from"
+    hidden = (normal_quantile(0.5 + level / 2) + normal_quantile(power)) * math.sqrt(comparison.question_part)
+    if abs(difference) <= hidden:
+        return "the questions alone hide such a difference: more questions are needed, not more seeds"
+    return "more than a million seeds"
 
 
 # ---------------------------------------------------------------------------------------------------------------------

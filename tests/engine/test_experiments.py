@@ -20,7 +20,7 @@ from inspo_engine.experiments import (
     results_markdown,
     run_name,
 )
-from inspo_engine.machine import describe, peak_rss_kib
+from inspo_engine.machine import describe, described, peak_rss_kib
 from inspo_engine.plots import plot_experiment
 from inspo_engine.presets import preset
 
@@ -219,6 +219,23 @@ def test_the_markdown_table_has_a_row_per_arm_the_verdicts_and_the_missing_runs(
     assert "Missing runs (no final evaluation yet): random-pool seed 0, random-pool seed 1, random-pool seed 2." in text
 
 
+def test_a_comparison_without_variance_says_so_in_the_verdict_table_and_seeds_needed():
+    experiment = experiment_from_dict({"preset": "smoke", "arms": ["static", "inspo"], "seeds": 2})
+    same = scores({0: 0.25, 1: 0.25}, n=8)
+    results = experiment_results(experiment, {"static": same, "inspo": same}, {})
+    inspo = {row["arm"]: row for row in results["arms"]}["inspo"]
+    assert inspo["comparison"]["without_variance"] is True
+    assert inspo["comparison"]["seeds_needed"] == {
+        "difference": 0.05,
+        "seeds": None,
+        "reason": "every paired difference was the same, so there is no variance to extrapolate from",
+    }
+    assert "so the interval cannot be estimated" in inspo["verdict"]
+    text = results_markdown(results)
+    assert "| inspo | 2 | 0.250 | – | – | +0.0 [+0.0, +0.0] (no variance) | no detectable difference |" in text
+    assert "both arms scored every question alike in every seed, so the interval cannot be estimated" in text
+
+
 @pytest.mark.slow
 def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(tmp_path):
     experiment = experiment_from_dict(
@@ -254,7 +271,9 @@ def test_results_and_pictures_are_read_back_from_run_directories_the_loop_wrote(
     recorded = started[0].machine
     assert started[0].precision == "fp32"  # what the backend computed in
     assert recorded["cpu"] == describe()["cpu"] and recorded["python"] == describe()["python"]
-    assert results["machines"] == [{"machine": recorded, "runs": ["static-s0", "random-pool-s0", "static-s1"]}]
+    runs = ["static-s0", "random-pool-s0", "static-s1"]
+    assert results["machines"] == [{"machine": recorded, "described": described(recorded), "runs": runs}]
+    assert results["machines_warning"] is None
     assert "different machines" not in results_markdown(results)
     costs = {run_name(run["arm"], run["seed"]): run for run in results["runs"]}
     assert set(costs) == {"static-s0", "random-pool-s0", "static-s1"}  # the run that never ran has no cost
@@ -303,10 +322,11 @@ def test_runs_that_computed_on_different_machines_are_listed_and_the_table_warns
     machines = {"static-s0": here, "static-s1": here, "inspo-s0": there, "inspo-s1": None}
     results = experiment_results(experiment, {"static": scores({0: 0.2, 1: 0.3})}, {}, machines=machines)
     assert results["machines"] == [
-        {"machine": here, "runs": ["static-s0", "static-s1"]},
-        {"machine": there, "runs": ["inspo-s0"]},
-        {"machine": None, "runs": ["inspo-s1"]},
+        {"machine": here, "described": "cpu AMD EPYC, cpu_flags avx512_bf16", "runs": ["static-s0", "static-s1"]},
+        {"machine": there, "described": "cpu Intel Xeon, cpu_flags amx_bf16", "runs": ["inspo-s0"]},
+        {"machine": None, "described": "not recorded", "runs": ["inspo-s1"]},
     ]
+    assert results["machines_warning"].startswith("The runs computed on 3 different machines. Arms are paired by seed")
     text = results_markdown(results)
     assert "**The runs computed on 3 different machines.**" in text
     assert "- cpu AMD EPYC, cpu_flags avx512_bf16: static-s0, static-s1" in text

@@ -20,6 +20,7 @@ from inspo_engine.stats import (
     benchmark_average_interval,
     compare,
     compare_average,
+    no_seeds_needed_reason,
     paired_bootstrap,
     pooled_bootstrap_intervals,
     seed_question_interval,
@@ -283,6 +284,33 @@ def test_seeds_needed_is_none_when_every_paired_difference_was_the_same() -> Non
     identical = compare("inspo", same, "static", same)
     assert (identical.low, identical.high) == (0.0, 0.0)
     assert seeds_needed(identical, 0.05) is None  # no variance observed: nothing to extrapolate, not "2 seeds"
+
+
+def test_a_verdict_without_variance_says_the_interval_cannot_be_estimated_and_why_no_seed_count_is_given() -> None:
+    same = {s: {"a": 1.0, "b": 0.0, "c": 0.0} for s in range(2)}
+    identical = compare("inspo", same, "static", same)
+    assert identical.without_variance()
+    assert identical.verdict() == (
+        "inspo − static: +0.0 EM points [+0.0, +0.0] over 2 seeds × 3 questions (both arms scored every question "
+        "alike in every seed, so the interval cannot be estimated): no detectable difference"
+    )
+    assert no_seeds_needed_reason(identical, 0.05) == (
+        "every paired difference was the same, so there is no variance to extrapolate from"
+    )
+    better = compare(
+        "inspo", {s: {"a": 1.0, "b": 1.0} for s in range(2)}, "static", {s: {"a": 0.0, "b": 0.0} for s in range(2)}
+    )
+    assert "(every question's score differed by the same amount in every seed, so the interval cannot be" in (
+        better.verdict()
+    )
+    varied = comparison_with(0.05)
+    assert not varied.without_variance() and "cannot be estimated" not in varied.verdict()
+    assert no_seeds_needed_reason(varied, 0.05) is None
+    assert no_seeds_needed_reason(comparison_with(0.05, seeds=1), 0.02) == (
+        "one seed shows no seed-to-seed variance to extrapolate from"
+    )
+    hidden = no_seeds_needed_reason(comparison_with(0.05, question_part=0.01**2), 0.02)
+    assert hidden == "the questions alone hide such a difference: more questions are needed, not more seeds"
 
 
 def test_the_seeds_needed_give_about_the_power_asked_for_in_simulation() -> None:
