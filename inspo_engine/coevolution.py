@@ -32,9 +32,9 @@ from .checkpoints import (
     read_state,
     write_checkpoint,
 )
-from .config import RunConfig
+from .config import EnvConfig, RunConfig
 from .control import ControlChannel, NoControl, Steering
-from .env.rewards import exact_match, is_valid_format
+from .env.rewards import REWARD_PARTS, exact_match, is_valid_format
 from .events import (
     CheckpointSaved,
     EvalCompleted,
@@ -172,9 +172,12 @@ class CoEvolution:
     # -- the run (the torch path) ----------------------------------------------------------------------------
 
     def run(self) -> RunResult:
-        """Start, every phase's steps (asking `should_stop` after each), finish; RunFailed when it raises."""
+        """Start (with `eval.eval_at_start`, a fresh run first evaluates the untrained policy as step 0), every
+        phase's steps (asking `should_stop` after each), finish; RunFailed when it raises."""
         try:
             self.start()
+            if self.config.eval.eval_at_start and not self.progress.step and self.eval_sets:
+                self._evaluate(0)
             return self.finish(self._run_phases())
         except RunSuperseded:
             raise
@@ -374,7 +377,7 @@ class CoEvolution:
                 tool_calls_mean=statistics.fmean(t.tool_calls for t in flat),
                 response_length_mean=statistics.fmean(t.response_tokens for t in flat),
                 instruction_length_mean=statistics.fmean(len(ins.text.split()) for ins in chosen),
-                metrics={**protocol_metrics(flat), **metrics},
+                metrics={**protocol_metrics(flat), **reward_split(flat, self.config.env), **metrics},
                 timings=dict(timings),
                 overhead=self.ledger.overhead,
             )
@@ -497,6 +500,26 @@ def protocol_metrics(trajectories: Sequence[Trajectory]) -> dict[str, float]:
         "em": statistics.fmean(exact_match(t.answer, t.question.golden_answers) for t in trajectories),
         "answered": statistics.fmean(t.answer is not None for t in trajectories),
         "well_formed": statistics.fmean(is_valid_format(t.response) for t in trajectories),
+    }
+
+
+def reward_split(trajectories: Sequence[Trajectory], env: EnvConfig) -> dict[str, float]:
+    """The step's mean training reward in two parts that add up to it (`rewards.REWARD_PARTS`): `reward_format`, what
+    the rollouts earned for their form, and `reward_correct`, what they earned for what their answers say. A reward
+    that rises on its format part alone has taught the protocol, not the answers."""
+    parts = REWARD_PARTS[env.reward](
+        [t.response for t in trajectories],
+        golden_answers=[t.question.golden_answers for t in trajectories],
+        answers=[t.answer for t in trajectories],
+        format_score=env.format_score,
+        retrieval_score=env.retrieval_score,
+        answer_score=env.answer_score,
+        format_requires_search=env.format_requires_search,
+        f1_score=env.f1_score,
+    )
+    return {
+        "reward_format": statistics.fmean(p.format for p in parts),
+        "reward_correct": statistics.fmean(p.correct for p in parts),
     }
 
 

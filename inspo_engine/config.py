@@ -384,6 +384,10 @@ class EvalConfig:
 
     eval_every: int = bounded(100, 0, 1_000_000)
     """Evaluate after every n-th step and at the end (0 = only at the end)."""
+    eval_at_start: bool = False
+    """Also evaluate before the first step, with the untrained policy and the initial best instruction (a run that
+    starts from step 0 only): the baseline the run page's "What this run learnt" compares the final evaluation with,
+    question by question."""
     benchmarks: list[str] = field(default_factory=lambda: ["builtin"])
     """Benchmark names (FlashRAG names or 'builtin')."""
     eval_samples: int = bounded(0, 0, 1_000_000)

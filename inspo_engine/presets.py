@@ -117,7 +117,7 @@ def _quick() -> dict[str, Any]:
     config["grpo"].update(total_steps=12, group_size=4, batch_size=4, mini_batch_size=4, micro_batch_size=4)
     config["population"].update(prune_every=4)
     config["evolution"].update(evolve_every=4, evolve_until=8, verify_samples=4, max_verify_rounds=1)
-    config["eval"].update(eval_samples=32)
+    config["eval"].update(eval_samples=32, eval_at_start=True)
     config["checkpoint"].update(checkpoint_every=6, keep_last=1)
     return config
 

@@ -7,6 +7,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Sequence
+from typing import NamedTuple
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
@@ -245,3 +246,90 @@ def em_format_reward(
 
 REWARDS = {"em": em_reward, "em_format": em_format_reward}
 """The training rewards a run config can name (`env.reward`)."""
+
+
+class RewardParts(NamedTuple):
+    """One reward split in two parts that add up to it: what the trajectory earned for its form (the protocol's
+    credit) and what it earned for what its answer says."""
+
+    format: float
+    correct: float
+
+
+def em_parts(
+    completions: Sequence[str],
+    *,
+    golden_answers: Sequence[Sequence[str]],
+    answers: Sequence[str | None] | None = None,
+    **_: object,
+) -> list[RewardParts]:
+    """`em_reward` split: all of it is correctness.
+
+    >>> em_parts(["<answer> Paris </answer>"], golden_answers=[["paris"]])
+    [RewardParts(format=0.0, correct=1.0)]
+    """
+    return [RewardParts(0.0, r) for r in em_reward(completions, golden_answers=golden_answers, answers=answers)]
+
+
+def em_format_parts(
+    completions: Sequence[str],
+    *,
+    golden_answers: Sequence[Sequence[str]],
+    answers: Sequence[str | None] | None = None,
+    format_score: float = 0.2,
+    retrieval_score: float = 0.1,
+    answer_score: float = 0.0,
+    format_requires_search: bool = False,
+    f1_score: float = 0.0,
+    **_: object,
+) -> list[RewardParts]:
+    """`em_format_reward` split into format and correctness. Correctness is what the answer earns: 1 − format_score
+    for a correct answer (whatever the form), and a wrong answer's F1 share (f1_score × F1, well-formed trajectories
+    only). Format is the rest: format_score for a well-formed trajectory (correct or not), the retrieval credit, and
+    answer_score for a malformed one that answered. A run whose reward rises while its correctness part stays at 0
+    learnt the form only.
+
+    >>> well_formed = ["<think>x</think><answer>Lima</answer>", "<think>x</think><answer>Quito</answer>"]
+    >>> malformed = ["<think>x</think> <answer>Lima</answer> extra", "<answer>Quito"]
+    >>> parts = em_format_parts([*well_formed, *malformed], golden_answers=[["Lima"]] * 4)
+    >>> [(round(p.format, 3), round(p.correct, 3)) for p in parts]
+    [(0.2, 0.8), (0.2, 0.0), (0.0, 0.8), (0.0, 0.0)]
+    >>> sentence = "<think>x</think><answer>Lima is the capital of Peru</answer>"
+    >>> [(round(p.format, 3), round(p.correct, 3)) for p in em_format_parts([sentence], golden_answers=[["Lima"]],
+    ...                                                                      f1_score=0.3)]
+    [(0.2, 0.1)]
+
+    The parts add up to the reward:
+
+    >>> kwargs = dict(golden_answers=[["Lima"]] * 3, answer_score=0.05, f1_score=0.3)
+    >>> texts = [sentence, well_formed[1], "I say <answer>Quito</answer>"]
+    >>> [round(sum(p), 9) for p in em_format_parts(texts, **kwargs)] == [round(r, 9) for r in em_format_reward(
+    ...     texts, **kwargs)]
+    True
+    """
+    if answers is None:
+        answers = [extract_answer(c) for c in completions]
+    rewards = em_format_reward(
+        completions,
+        golden_answers=golden_answers,
+        answers=answers,
+        format_score=format_score,
+        retrieval_score=retrieval_score,
+        answer_score=answer_score,
+        format_requires_search=format_requires_search,
+        f1_score=f1_score,
+    )
+    parts = []
+    for completion, answer, golds, reward in zip(completions, answers, golden_answers, rewards, strict=True):
+        if exact_match(answer, golds):
+            correct = 1.0 - format_score
+        elif is_valid_format(completion) and (not format_requires_search or searched(completion)):
+            correct = f1_score * f1(answer, golds)
+        else:
+            correct = 0.0
+        parts.append(RewardParts(reward - correct, correct))
+    return parts
+
+
+REWARD_PARTS = {"em": em_parts, "em_format": em_format_parts}
+"""Per training reward (`REWARDS`), the same reward split into its format and correctness parts."""

@@ -124,7 +124,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("trainer.total_training_steps", grpo.total_steps),
         ("trainer.total_epochs", 1000),
         ("trainer.test_freq", evaluation.eval_every or grpo.total_steps),
-        ("trainer.val_before_train", False),
+        ("trainer.val_before_train", evaluation.eval_at_start),
         ("trainer.save_freq", config.checkpoint.checkpoint_every or grpo.total_steps),
         ("trainer.max_actor_ckpt_to_keep", config.checkpoint.keep_last or None),
         ("trainer.critic_warmup", 0),
