@@ -322,6 +322,12 @@ class EvaluateForm(forms.Form):
     def clean_benchmarks(self) -> list[str]:
         return _tags(self.cleaned_data["benchmarks"])
 
+    def apply_errors(self, error: InvalidInput) -> None:
+        """The service's errors on the field they name (`benchmarks`, `checkpoint`), the rest on the form."""
+        for field, messages in error.errors.items():
+            for message in messages:
+                self.add_error(field if field in self.fields else None, message)
+
 
 class HeatmapForm(forms.Form):
     """An instruction × checkpoint heatmap from the run page: the instructions to score (checked: the heaviest

@@ -37,7 +37,7 @@ from .forms import (
     TeamTrackingForm,
     preset_field_texts,
 )
-from .models import Run
+from .models import Checkpoint, Run
 
 
 def _submittable_teams(user: Any) -> Any:
@@ -93,7 +93,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
     page = Paginator(runs, 25).get_page(request.GET.get("page"))
     acting_teams = set(_submittable_teams(user).values_list("pk", flat=True))
     shown: list[Run] = list(page)
-    rows = [{"run": run, "can_act": run.team_id in acting_teams} for run in shown]
+    resumable = _resumable(shown)
+    rows = [{"run": run, "can_act": run.team_id in acting_teams, "can_resume": run.pk in resumable} for run in shown]
     context = {
         "page": page,
         "rows": rows,
@@ -108,6 +109,15 @@ def run_list(request: HttpRequest) -> HttpResponse:
         "any_actionable": any(run.team_id in acting_teams and run.is_active for run in shown),
     }
     return render(request, "runs/list.html", context)
+
+
+def _resumable(runs: list[Run]) -> set[Any]:
+    """The ids of those runs that Resume can continue: failed or cancelled, with a checkpoint still on disk (a run
+    that never wrote one has nothing to resume from: clone it instead)."""
+    stopped = [run.pk for run in runs if run.status in Run.RESUMABLE]
+    if not stopped:
+        return set()
+    return set(Checkpoint.objects.filter(run__in=stopped, available=True).values_list("run_id", flat=True))
 
 
 @login_required
@@ -176,10 +186,17 @@ def team_tracking(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
     user = acting_user(request)
-    run = selectors.run_get(user=user, run_id=run_id)
+    return _detail_page(request, selectors.run_get(user=user, run_id=run_id))
+
+
+def _detail_page(request: HttpRequest, run: Run, *, evaluate_form: EvaluateForm | None = None) -> HttpResponse:
+    """The run's page. With a bound `evaluate_form` that was refused: the page again, status 400, with that form
+    open beside its errors and what was typed into it."""
+    user = acting_user(request)
     context = {
         "run": run,
         "can_act": _can_act(user, run),
+        "can_resume": bool(_resumable([run])),
         "can_submit": _submittable_teams(user).exists(),
         "tags": selectors.run_tag_names(run=run),
         "config_json": _pretty(run.config),
@@ -190,7 +207,8 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "notes": selectors.run_notes(run=run),
         "best": selectors.best_instruction(run=run),
         "clone_form": CloneForm(),
-        "evaluate_form": EvaluateForm(),
+        "evaluate_form": evaluate_form or EvaluateForm(),
+        "evaluate_open": evaluate_form is not None,
         **_heatmap_context(run),
         "steerable": run.status in services.STEERABLE,
         "living": selectors.run_living_instructions(run=run),
@@ -198,7 +216,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
         "control_form": ControlForm(initial={"kind": "inject"}),
         "index_waits": index_waits(run=run) if run.status == Run.Status.QUEUED else [],
     }
-    return render(request, "runs/detail.html", context)
+    return render(request, "runs/detail.html", context, status=400 if evaluate_form is not None else 200)
 
 
 def _benchmark_table(run: Run, asked: str | None) -> dict[str, Any]:
@@ -316,31 +334,28 @@ run_resume = _run_action(services.run_resume, "Run queued to resume.")
 @require_http_methods(["GET", "POST"])
 def run_clone(request: HttpRequest, run_id: str) -> HttpResponse:
     """GET: what a clone would queue, with its name, tags and overrides to fill in and a button that queues it (the
-    runs list links here, so one click never starts a run). POST: queue it."""
+    runs list links here, so one click never starts a run). POST: queue it; a refusal shows this page again with
+    the input kept and each error beside its field."""
     user = acting_user(request)
     run = selectors.run_get(user=user, run_id=run_id)
-    if request.method == "GET":
-        if not _can_act(user, run):
-            raise PermissionDenied("Viewers cannot clone runs: ask a team owner for the member role.")
-        return render(
-            request, "runs/clone.html", {"run": run, "form": CloneForm(), "tags": selectors.run_tag_names(run=run)}
-        )
-    form = CloneForm(request.POST)
-    if not form.is_valid():
-        messages.error(request, _errors_text(form))
-        return redirect("runs:detail", run_id=run.pk)
-    data = form.cleaned_data
-
-    def clone() -> Run:
-        return services.run_clone(
-            run=run,
-            user=user,
-            name=data["name"] or None,
-            tags=data["tag_list"],
-            overrides=data["overrides"],
-        )
-
-    return _act(request, run, clone, "Clone queued.")
+    if request.method == "GET" and not _can_act(user, run):
+        raise PermissionDenied("Viewers cannot clone runs: ask a team owner for the member role.")
+    form = CloneForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            clone = services.run_clone(
+                run=run, user=user, name=data["name"] or None, tags=data["tag_list"], overrides=data["overrides"]
+            )
+        except InvalidInput as error:
+            form.apply_config_errors(error)
+        except ServiceError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, "Clone queued.")
+            return redirect("runs:detail", run_id=clone.pk)
+    context = {"run": run, "form": form, "tags": selectors.run_tag_names(run=run)}
+    return render(request, "runs/clone.html", context, status=400 if request.method == "POST" else 200)
 
 
 @login_required
@@ -371,27 +386,33 @@ def run_control(request: HttpRequest, run_id: str) -> HttpResponse:
 @login_required
 @require_POST
 def run_evaluate(request: HttpRequest, run_id: str) -> HttpResponse:
+    """Queue an evaluation (the same service as the API). A refusal shows the run's page again with the form open,
+    its errors beside the fields they name and the input kept."""
     user = acting_user(request)
     run = selectors.run_get(user=user, run_id=run_id)
     form = EvaluateForm(request.POST)
     if not form.is_valid():
-        messages.error(request, _errors_text(form))
-        return redirect("runs:detail", run_id=run.pk)
+        return _detail_page(request, run, evaluate_form=form)
     data = form.cleaned_data
-
-    def evaluate() -> Any:
-        checkpoint = None
-        if data.get("checkpoint"):
-            checkpoint = selectors.checkpoint_get(run=run, checkpoint_id=data["checkpoint"])
-        return services.run_evaluate(
+    checkpoint = None
+    if data.get("checkpoint"):
+        checkpoint = selectors.checkpoint_get(run=run, checkpoint_id=data["checkpoint"])
+    try:
+        services.run_evaluate(
             run=run,
             user=user,
             benchmarks=data["benchmarks"],
             checkpoint=checkpoint,
             limit=data.get("limit"),
         )
-
-    return _act(request, run, evaluate, "Evaluation queued.")
+    except InvalidInput as error:
+        form.apply_errors(error)
+        return _detail_page(request, run, evaluate_form=form)
+    except ServiceError as error:
+        form.add_error(None, error.message)
+        return _detail_page(request, run, evaluate_form=form)
+    messages.success(request, "Evaluation queued.")
+    return redirect("runs:detail", run_id=run.pk)
 
 
 @login_required

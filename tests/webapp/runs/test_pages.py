@@ -12,7 +12,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from tests.factories import RunFactory
+from tests.factories import CheckpointFactory, RunFactory
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -149,8 +149,10 @@ def test_the_list_filters_by_preset_and_sorts(browser, alice, alice_team):
 
 
 def test_the_list_offers_actions_that_apply_to_each_run(browser, alice, alice_team, running):
-    RunFactory(team=alice_team, creator=alice, name="failed one", status=Run.Status.FAILED)
+    CheckpointFactory(run=RunFactory(team=alice_team, creator=alice, name="failed one", status=Run.Status.FAILED))
+    never = RunFactory(team=alice_team, creator=alice, name="failed at once", status=Run.Status.FAILED)
     html = browser.get(reverse("runs:list")).content.decode()
+    assert reverse("runs:resume", kwargs={"run_id": never.pk}) not in html  # no checkpoint: nothing to resume
     assert has_testid(html, "bulk-cancel") and has_testid(html, "submit-run")
     assert f'name="select-run" value="{running.pk}"' in html
     assert html.count('name="select-run"') == 1  # only the active run can be cancelled
@@ -261,6 +263,22 @@ def test_only_members_of_the_runs_team_see_the_clone_page(alice, alice_team, vic
     assert Run.objects.count() == 1
 
 
+def test_a_refused_clone_shows_its_page_again_with_the_input_and_the_error_beside_it(
+    browser, alice, alice_team, settings, tmp_path
+):
+    from inspo_engine.presets import preset
+
+    settings.INSPO_DATA_DIR = tmp_path / "data"
+    source = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, config=preset("smoke").to_dict())
+    confirm = reverse("runs:clone", kwargs={"run_id": source.pk})
+    response = browser.post(confirm, {"name": "again", "overrides": '{"env.dataset": "gone.jsonl"}'})
+    html = response.content.decode()
+    assert response.status_code == 400 and has_testid(html, "confirm-clone") and 'value="again"' in html
+    row = field_errors(html, "overrides")
+    assert "env.dataset: &#x27;gone.jsonl&#x27; does not exist in your team&#x27;s data directory" in row
+    assert str(tmp_path) not in row and Run.objects.count() == 1
+
+
 # -- Table 1 on the run page ------------------------------------------------------------------------------------------
 
 
@@ -311,3 +329,85 @@ def test_the_run_page_shows_table_1_of_a_chosen_step_and_says_why_it_cannot_show
 def test_a_run_without_evaluations_says_its_table_is_empty(browser, running):
     html = browser.get(reverse("runs:detail", kwargs={"run_id": running.pk})).content.decode()
     assert has_testid(html, "table-empty") and not has_testid(html, "run-table")
+
+
+# -- resume only with a checkpoint; the evaluate form keeps its input beside its errors (#45 item 3) ----------------
+
+
+def test_resume_is_offered_only_for_a_stopped_run_with_a_checkpoint(browser, alice, alice_team, api):
+    never = RunFactory(team=alice_team, creator=alice, name="never checkpointed", status=Run.Status.FAILED)
+    saved = RunFactory(team=alice_team, creator=alice, name="checkpointed", status=Run.Status.CANCELLED)
+    CheckpointFactory(run=saved)
+    page = browser.get(reverse("runs:detail", kwargs={"run_id": never.pk})).content.decode()
+    assert not has_testid(page, "resume-run") and has_testid(page, "no-resume")
+    assert "clone the run to start over" in page
+    page = browser.get(reverse("runs:detail", kwargs={"run_id": saved.pk})).content.decode()
+    assert has_testid(page, "resume-run") and not has_testid(page, "no-resume")
+
+    refused = api(alice).post(f"/api/v1/runs/{never.pk}/resume/")
+    assert refused.status_code == 409 and "no checkpoint to resume from" in refused.json()["detail"]
+    never.refresh_from_db()
+    assert never.status == Run.Status.FAILED
+
+
+def test_resume_of_another_teams_run_is_a_404(alice, alice_team, bob, api):
+    saved = RunFactory(team=alice_team, creator=alice, status=Run.Status.FAILED)
+    CheckpointFactory(run=saved)
+    assert api(bob).post(f"/api/v1/runs/{saved.pk}/resume/").status_code == 404
+    assert signed_in(bob).post(reverse("runs:resume", kwargs={"run_id": saved.pk})).status_code == 404
+    saved.refresh_from_db()
+    assert saved.status == Run.Status.FAILED
+
+
+def evaluate_box(html: str) -> str:
+    """The run page's "Evaluate a checkpoint" box."""
+    match = re.search(r'<details data-testid="evaluate"[^>]*>.*?</details>', html, re.S)
+    assert match, "no evaluate box"
+    return match.group(0)
+
+
+def test_a_refused_evaluation_stays_open_with_its_input_and_the_error_beside_the_field(
+    browser, alice, alice_team, settings, tmp_path
+):
+    from webapp.runs.models import EvaluationRequest
+
+    settings.INSPO_DATA_DIR = tmp_path / "data"
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED)
+    CheckpointFactory(run=run)
+    url = reverse("runs:evaluate", kwargs={"run_id": run.pk})
+    response = browser.post(url, {"benchmarks": "builtin, nq/test.jsonl", "limit": "7"})
+    assert response.status_code == 400
+    box = evaluate_box(response.content.decode())
+    assert box.startswith('<details data-testid="evaluate" open>')
+    assert 'value="builtin, nq/test.jsonl"' in box and 'value="7"' in box
+    row = field_errors(box, "benchmarks")
+    assert "errorlist" in row and "&#x27;nq/test.jsonl&#x27; does not exist in your team&#x27;s data directory" in row
+    assert str(tmp_path) not in box and str(settings.INSPO_DATA_DIR) not in box
+    assert not EvaluationRequest.objects.exists()
+
+    not_a_number = browser.post(url, {"benchmarks": "builtin", "limit": "many"})
+    assert not_a_number.status_code == 400 and "errorlist" in field_errors(
+        evaluate_box(not_a_number.content.decode()), "limit"
+    )
+
+    accepted = browser.post(url, {"benchmarks": "builtin"})
+    assert accepted.status_code == 302 and EvaluationRequest.objects.count() == 1
+    page = browser.get(accepted["Location"]).content.decode()
+    assert "Evaluation queued." in page and 'data-testid="evaluate">' in page  # closed again
+
+
+def test_an_evaluation_a_run_cannot_take_says_why_in_the_open_form(browser, alice, alice_team):
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FAILED)  # no checkpoint
+    response = browser.post(reverse("runs:evaluate", kwargs={"run_id": run.pk}), {"benchmarks": "builtin"})
+    assert response.status_code == 400
+    box = evaluate_box(response.content.decode())
+    assert " open>" in box.split("\n")[0] and "the run has no checkpoint yet" in box
+
+
+def test_another_teams_run_cannot_be_evaluated_from_the_page(alice, alice_team, bob):
+    from webapp.runs.models import EvaluationRequest
+
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED)
+    CheckpointFactory(run=run)
+    response = signed_in(bob).post(reverse("runs:evaluate", kwargs={"run_id": run.pk}), {"benchmarks": "builtin"})
+    assert response.status_code == 404 and not EvaluationRequest.objects.exists()
