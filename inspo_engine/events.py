@@ -47,7 +47,17 @@ class MemberStats:
     weight: float
     probability: float
     samples: int
+    """Questions (groups of rollouts) it was sampled for in the last recorded step."""
     mean_reward: float | None
+    """Their mean reward."""
+    recent_reward: float | None = None
+    """The mean of its per-step mean rewards over the steps its weight counts (the weight, when weighted); None in
+    events written before it was recorded, and before its first use."""
+    recent_low: float | None = None
+    """The 95 % interval of `recent_reward` (`Instruction.recent_interval`); None with fewer than two groups."""
+    recent_high: float | None = None
+    recent_samples: int = 0
+    """The groups behind `recent_reward` (0 in events written before it was recorded)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from .events import InstructionInfo, MemberStats
+from .stats import MeanInterval, mean_of_means_interval
 
 Origin = Literal["seed", "reflection", "paraphrase", "history", "manual", "human"]
 """Where an instruction came from: `manual` ones were in the config, `human` ones a person injected into the running
@@ -37,6 +38,9 @@ class Instruction:
     """Who wrote it, for an instruction a person injected (origin `human`)."""
     pinned: bool = False
     """Pinned by a person: pruning and evolution's replacement never retire it."""
+    recent_groups: list[tuple[int, list[float]]] = field(default_factory=list)
+    """(step, each of its groups' mean reward in that step) for the last steps its weight can count (at most the
+    population's weight window): the spread behind `recent_interval`."""
 
     @property
     def alive(self) -> bool:
@@ -46,6 +50,18 @@ class Instruction:
         """Moving average of the last `window` per-step mean rewards; 0 before its first use."""
         recent = [r for step, r in self.rewards if step > self.weight_from_step][-window:]
         return sum(recent) / len(recent) if recent else 0.0
+
+    def recent_interval(self, window: int, *, level: float = 0.95) -> MeanInterval:
+        """The mean of its last `window` per-step mean rewards (its weight, when the population is weighted) with a
+        `level` interval from the spread of the groups behind them (`stats.mean_of_means_interval`), and their count.
+
+        >>> ins = Instruction("ins-0000", "x", "seed", None, 0, recent_groups=[(1, [0.2, 0.4]), (2, [0.3, 0.3])])
+        >>> iv = ins.recent_interval(5)
+        >>> round(iv.mean, 3), iv.n, round(iv.low, 3), round(iv.high, 3)
+        (0.3, 4, 0.17, 0.43)
+        """
+        kept = [groups for step, groups in self.recent_groups if step > self.weight_from_step][-window:]
+        return mean_of_means_interval(kept, level=level)
 
     def lifetime_reward(self) -> float | None:
         """Mean of every per-step reward it ever had (for the history proposer), None if never used."""
@@ -172,6 +188,7 @@ class Population:
             mean = sum(values) / len(values)
             instruction = self.archive[instruction_id]
             instruction.rewards.append((step, mean))
+            instruction.recent_groups = [*instruction.recent_groups, (step, values)][-self.weight_window :]
             instruction.samples += len(values)
             self._last_step_rewards[instruction_id] = mean
             self._last_step_samples[instruction_id] = len(values)
@@ -212,18 +229,26 @@ class Population:
     # -- snapshots and state -------------------------------------------------------------------------------
 
     def snapshot(self) -> list[MemberStats]:
-        """Per member: weight, sampling probability, samples and mean reward in the last recorded step."""
+        """Per member: weight, sampling probability, samples and mean reward in the last recorded step, and the mean
+        of its recent per-step rewards (what its weight averages) with a 95 % interval and the groups behind it."""
         probs = self.probabilities()
-        return [
-            MemberStats(
-                id=m.id,
-                weight=self.weight_of(m),
-                probability=probs[m.id],
-                samples=self._last_step_samples.get(m.id, 0),
-                mean_reward=self._last_step_rewards.get(m.id),
+        stats = []
+        for m in self.members:
+            recent = m.recent_interval(self.weight_window)
+            stats.append(
+                MemberStats(
+                    id=m.id,
+                    weight=self.weight_of(m),
+                    probability=probs[m.id],
+                    samples=self._last_step_samples.get(m.id, 0),
+                    mean_reward=self._last_step_rewards.get(m.id),
+                    recent_reward=recent.mean,
+                    recent_low=recent.low,
+                    recent_high=recent.high,
+                    recent_samples=recent.n,
+                )
             )
-            for m in self.members
-        ]
+        return stats
 
     def to_state(self) -> dict[str, Any]:
         return {
@@ -237,6 +262,7 @@ class Population:
         for data in state["archive"]:
             data = dict(data)
             data["rewards"] = [(int(s), float(r)) for s, r in data["rewards"]]
+            data["recent_groups"] = [(int(s), [float(r) for r in rs]) for s, rs in data.get("recent_groups", [])]
             self.archive[data["id"]] = Instruction(**data)
         self._last_step_rewards = dict(state["last_step_rewards"])
         self._last_step_samples = dict(state["last_step_samples"])

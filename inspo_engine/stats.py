@@ -122,6 +122,82 @@ def t_quantile(p: float, df: int) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# One mean with its interval: an evaluation's score, an instruction's recent reward
+
+
+@dataclass(frozen=True)
+class MeanInterval:
+    """A mean with its interval (None where fewer than two values, or none, leave nothing to estimate it from) and
+    the count of values behind it."""
+
+    mean: float | None
+    low: float | None
+    high: float | None
+    n: int
+
+    def overlaps(self, other: MeanInterval) -> bool:
+        """Whether the two intervals share a value; True where either has none (nothing tells them apart).
+
+        >>> MeanInterval(0.5, 0.4, 0.6, 9).overlaps(MeanInterval(0.3, 0.1, 0.45, 9))
+        True
+        >>> MeanInterval(0.5, 0.4, 0.6, 9).overlaps(MeanInterval(0.2, 0.1, 0.3, 9))
+        False
+        """
+        if None in (self.low, self.high, other.low, other.high):
+            return True
+        return not (self.high < other.low or other.high < self.low)  # type: ignore[operator]
+
+
+def mean_of_means_interval(groups: Sequence[Sequence[float]], *, level: float = 0.95) -> MeanInterval:
+    """The mean of the groups' means (each group: one step's values) with a t interval, as an instruction's weight
+    averages its per-step mean rewards.
+
+    Every value is taken as a draw of one distribution whose variance σ² is estimated from all n values around their
+    overall mean (so a policy that drifts between steps widens it); the mean of k group means, group s holding n_s
+    values, then has variance σ²·Σ(1/n_s)/k², and the interval is mean ± t(n−1)·σ·√(Σ 1/n_s)/k. With one value per
+    group it is the usual t interval of k values. Empty groups are skipped; fewer than two values give no interval.
+
+    Four steps of one value each, 1, 0, 1, 0 (sd √⅓): half-width t(3)·√⅓·√4/4.
+
+    >>> iv = mean_of_means_interval([[1.0], [0.0], [1.0], [0.0]])
+    >>> iv.mean, round(iv.high - iv.mean, 4), round(t_quantile(0.975, 3) * (1 / 3) ** 0.5 / 2, 4)
+    (0.5, 0.9187, 0.9187)
+    >>> mean_of_means_interval([[0.2, 0.4], [0.3]]).n, mean_of_means_interval([[0.2]]).low is None
+    (3, True)
+    """
+    kept = [list(group) for group in groups if len(group)]
+    values = [v for group in kept for v in group]
+    n = len(values)
+    if not kept:
+        return MeanInterval(None, None, None, 0)
+    k = len(kept)
+    mean = statistics.fmean(statistics.fmean(group) for group in kept)
+    if n < 2:
+        return MeanInterval(mean, None, None, n)
+    sd = statistics.stdev(values)
+    half = t_quantile(0.5 + level / 2, n - 1) * sd * math.sqrt(sum(1 / len(group) for group in kept)) / k
+    return MeanInterval(mean, mean - half, mean + half, n)
+
+
+def samples_to_resolve(difference: float, sd: float, *, level: float = 0.95, power: float = 0.8) -> int:
+    """Samples per instruction (questions, each scored by its group's mean reward) for two instructions whose mean
+    rewards differ by `difference` to be told apart the way the run page tells them apart: their `level` intervals
+    (half-width z·sd/√n each) no longer overlap, with probability `power`, when the reward's standard deviation per
+    sample is `sd`. The observed difference has sd·√(2/n), so n = (2·z_(1−α/2) + √2·z_power)²·sd²/difference²,
+    about 26.1·sd²/difference² at 95 % and 80 %. (A two-sided test of the difference would need less,
+    2·(z_(1−α/2) + z_power)²·sd²/difference² ≈ 15.7·sd²/difference²: non-overlap of two intervals is the stricter
+    rule.)
+
+    >>> samples_to_resolve(0.05, 0.19), samples_to_resolve(0.1, 0.19), samples_to_resolve(0.2, 0.19)
+    (378, 95, 24)
+    """
+    if difference == 0.0 or not math.isfinite(difference) or sd < 0.0:
+        raise ValueError(f"need a non-zero difference and sd ≥ 0 (got {difference}, {sd})")
+    z = 2 * normal_quantile(0.5 + level / 2) + math.sqrt(2) * normal_quantile(power)
+    return max(2, math.ceil(z**2 * sd**2 / difference**2))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # The interval of a seeds × questions matrix of paired differences
 
 

@@ -152,3 +152,51 @@ def test_state_round_trips():
     again.load_state(population.to_state())
     assert again.snapshot() == population.snapshot()
     assert again.archive == population.archive
+
+
+# -- how sure the population is of its members' rewards (#45 item 2) --------------------------------------------------
+
+
+def test_each_member_carries_its_recent_reward_with_a_t_interval_over_the_groups_behind_its_weight():
+    from inspo_engine.stats import t_quantile
+
+    population = make(window=3, count=2)
+    first, second = (m.id for m in population.members)
+    for step, rewards in enumerate(([1.0, 0.0], [1.0], [0.0, 0.0], [1.0, 1.0]), start=1):
+        population.record_step(step, {first: rewards, second: [0.5]})
+    by_id = {m.id: m for m in population.snapshot()}
+    # The window keeps the last 3 steps: [1], [0, 0], [1, 1] — five groups, step means 1, 0 and 1.
+    member = by_id[first]
+    assert member.recent_reward == pytest.approx(2 / 3) == pytest.approx(member.weight)
+    assert member.recent_samples == 5
+    values = [1.0, 0.0, 0.0, 1.0, 1.0]
+    sd = (sum((v - 0.6) ** 2 for v in values) / 4) ** 0.5
+    half = t_quantile(0.975, 4) * sd * (1 / 1 + 1 / 2 + 1 / 2) ** 0.5 / 3
+    assert member.recent_low == pytest.approx(2 / 3 - half) and member.recent_high == pytest.approx(2 / 3 + half)
+    # The same value at every step leaves no spread: the interval is the point.
+    assert by_id[second].recent_low == by_id[second].recent_high == 0.5 and by_id[second].recent_samples == 3
+
+
+def test_a_member_with_fewer_than_two_groups_has_no_interval_and_a_reset_empties_its_window():
+    population = make(count=2)
+    first, second = (m.id for m in population.members)
+    population.record_step(1, {first: [0.4]})
+    by_id = {m.id: m for m in population.snapshot()}
+    assert by_id[first].recent_reward == 0.4 and by_id[first].recent_low is None and by_id[first].recent_samples == 1
+    assert by_id[second].recent_reward is None and by_id[second].recent_samples == 0
+    population.record_step(2, {first: [0.6]})
+    population.reset_weights(2)
+    assert population.snapshot()[0].recent_samples == 0
+
+
+def test_the_recent_rewards_survive_a_checkpoint_and_an_older_state_without_them_loads():
+    population = make(count=2)
+    population.record_step(1, {population.members[0].id: [1.0, 0.0]})
+    again = make(count=0)
+    again.load_state(population.to_state())
+    assert again.snapshot() == population.snapshot() and again.snapshot()[0].recent_samples == 2
+    older = population.to_state()
+    for data in older["archive"]:
+        del data["recent_groups"]
+    again.load_state(older)
+    assert again.snapshot()[0].recent_samples == 0 and again.snapshot()[0].weight == 0.5
