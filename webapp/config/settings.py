@@ -348,6 +348,7 @@ else:
     for _sub in ("queue", "processed", "control"):
         (_broker / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT = "webapp.config.broker:Transport"  # kombu's, taking messages in the order sent
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker / "queue"),
         "data_folder_out": str(_broker / "queue"),
