@@ -14,7 +14,7 @@ from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.data.references import data_choices
 from webapp.runs.configs import PRESET_NAMES
-from webapp.runs.forms import OverridesField
+from webapp.runs.forms import NameField, OverridesField
 
 MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 5.0, "cpu-demo": 25.0, "paper": None}
 """A rough wall-clock estimate of one run of each preset on the platform's default CPU worker (docs/experiments.md):
@@ -55,7 +55,7 @@ def cost_text(preset: str, runs: int) -> str:
 
 class ExperimentForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    name = forms.CharField(max_length=200)
+    name = NameField()
     preset = forms.ChoiceField(choices=[(name, name) for name in PRESET_NAMES], initial="smoke")
     arms = forms.MultipleChoiceField(
         choices=ARM_CHOICES,
