@@ -409,6 +409,8 @@ export interface ExperimentRun {
 export interface SeedsNeeded {
   difference: number;
   seeds: number | null;
+  /** Why there is no count (one seed, no variance at all, the questions alone hide the difference). */
+  reason: string | null;
 }
 
 /** An arm against the baseline arm: the mean EM difference (0–1) and its interval over seeds and questions. */
@@ -424,6 +426,8 @@ export interface VerdictComparison {
   per_seed: Record<string, number>;
   method: string;
   excludes_zero: boolean;
+  /** Every paired difference was the same: the interval has no width because nothing varied. */
+  without_variance: boolean;
   seeds_needed: SeedsNeeded;
 }
 
@@ -469,6 +473,13 @@ export interface MissingRun {
   seed: number;
 }
 
+/** Runs that recorded computing on the same machine (MachineGroupOutputSerializer). */
+export interface MachineGroup {
+  machine: Record<string, string> | null;
+  described: string;
+  runs: string[];
+}
+
 export interface ExperimentResults {
   baseline: string;
   level: number;
@@ -476,6 +487,17 @@ export interface ExperimentResults {
   arms: ArmResult[];
   missing: MissingRun[];
   complete: boolean;
+  machines: MachineGroup[];
+  machines_warning: string | null;
+}
+
+/** ExperimentEstimateOutputSerializer: `GET experiments/estimate/?preset=…&arms=…&seeds=…`. */
+export interface ExperimentEstimate {
+  runs: number;
+  minutes_per_run: number | null;
+  basis: "team" | "preset" | "none" | "limit";
+  measured_runs: number;
+  text: string;
 }
 
 /** ExperimentDetailOutputSerializer: `GET experiments/<id>/`. */

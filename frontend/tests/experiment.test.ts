@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { armEms, bandPoints, costText } from "../src/transforms/experiment";
-import type { ArmResult, ExperimentResults } from "../src/types";
+import { armEms, armStyle, bandPoints, estimateQuery, parseDetail } from "../src/transforms/experiment";
+import type { ArmResult, ExperimentDetail, ExperimentResults } from "../src/types";
 
 function arm(name: string, mean: number | null, comparison: ArmResult["comparison"] = null): ArmResult {
   return {
@@ -32,7 +32,8 @@ describe("experiment transforms", () => {
       per_seed: {},
       method: "t",
       excludes_zero: false,
-      seeds_needed: { difference: 0.05, seeds: 9 },
+      without_variance: false,
+      seeds_needed: { difference: 0.05, seeds: 9, reason: null },
     };
     const results: ExperimentResults = {
       baseline: "static",
@@ -41,6 +42,8 @@ describe("experiment transforms", () => {
       arms: [arm("static", 0.3), arm("inspo", 0.4, comparison), arm("random-pool", null)],
       missing: [],
       complete: true,
+      machines: [],
+      machines_warning: null,
     };
     const ems = armEms(results);
     expect(ems.map((e) => e.arm)).toEqual(["static", "inspo"]);
@@ -59,10 +62,28 @@ describe("experiment transforms", () => {
     expect(band.width[1][1]).toBeCloseTo(0.3);
   });
 
-  it("says the cost as the server does", () => {
-    expect(costText("smoke", 4, 2)).toBe("4 runs × ~2 min ≈ 8 min of worker time");
-    expect(costText("cpu-demo", 12, 25)).toBe("12 runs × ~25 min ≈ 5.0 h of worker time");
-    expect(costText("paper", 2, null)).toBe("2 runs of the paper preset: GPU hours each, no estimate");
-    expect(costText("quick", 2, undefined)).toBe("2 runs of the quick preset: no estimate yet");
+  it("gives each arm its own dash and symbol, so an arm whose line lies under another's still shows", () => {
+    const styles = [0, 1, 2, 3].map(armStyle);
+    expect(new Set(styles.map((s) => JSON.stringify(s.dash))).size).toBe(4);
+    expect(new Set(styles.map((s) => s.symbol)).size).toBe(4);
+    expect(styles[0].symbolSize).toBeGreaterThan(styles[1].symbolSize);
+    expect(armStyle(4).dash).toEqual(styles[0].dash);
+  });
+
+  it("reads the experiment's JSON the page carries", () => {
+    const detail = { state: "running", runs: [], counts: {} } as unknown as ExperimentDetail;
+    expect(parseDetail(JSON.stringify(detail))?.state).toBe("running");
+    expect(parseDetail(null)).toBeNull();
+    expect(parseDetail("")).toBeNull();
+  });
+
+  it("asks the API for the estimate with the form's values, and not while the seed count is not a whole number", () => {
+    expect(estimateQuery("smoke", 2, "3", "alice")?.toString()).toBe("preset=smoke&arms=2&seeds=3&team=alice");
+    expect(estimateQuery("smoke", 2, "3", undefined)?.has("team")).toBe(false);
+    expect(estimateQuery("smoke", 2, "1000000", undefined)?.get("seeds")).toBe("1000000");
+    expect(estimateQuery("smoke", 2, "1e30", undefined)?.get("seeds")).toBe("1000000000");
+    expect(estimateQuery("smoke", 2, "", undefined)).toBeNull();
+    expect(estimateQuery("smoke", 2, "2.5", undefined)).toBeNull();
+    expect(estimateQuery("smoke", 2, "-1", undefined)).toBeNull();
   });
 });

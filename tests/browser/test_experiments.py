@@ -12,8 +12,8 @@ import pytest
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.celery_worker import REPO, wait_until_done
-from webapp.experiments.forms import cost_text
 from webapp.experiments.models import Experiment
+from webapp.experiments.selectors import experiment_estimate
 from webapp.runs import tasks as run_tasks
 from webapp.runs.models import Run
 
@@ -39,9 +39,20 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     page.fill("input[name=seeds]", "2")
     page.fill("input[name=questions]", "8")
     page.fill("textarea[name=overrides]", '{"grpo.total_steps": 2}')
-    page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 4)).wait_for()
+
+    def estimate(arms: int) -> str:  # what the API answers the form, from alice's team's runs or the preset's figure
+        return experiment_estimate(team=alice_team, preset="smoke", arms=arms, seeds=2).text
+
+    page.get_by_test_id("experiment-estimate").filter(has_text=estimate(2)).wait_for()
     page.get_by_label("random-pool").check()
-    page.get_by_test_id("experiment-estimate").filter(has_text=cost_text("smoke", 6)).wait_for()
+    page.get_by_test_id("experiment-estimate").filter(has_text=estimate(3)).wait_for()
+    page.fill("input[name=seeds]", "1000000")
+    page.get_by_test_id("experiment-estimate").filter(
+        has_text="1000000 seeds: an experiment takes at most 50"
+    ).wait_for()
+    assert page.locator("input[name=seeds]").get_attribute("max") == "50"
+    page.fill("input[name=seeds]", "2")
+    page.get_by_test_id("experiment-estimate").filter(has_text=estimate(3)).wait_for()
     page.get_by_label("random-pool").uncheck()
     pages.shoot("experiment-form")
     page.get_by_test_id("start-experiment").click()

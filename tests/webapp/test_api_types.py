@@ -58,6 +58,8 @@ COMPONENT = {
     "RewardCurve": "RewardCurveOutput",
     "BenchmarkResult": "BenchmarkResultOutput",
     "ArmResult": "ArmResultOutput",
+    "MachineGroup": "MachineGroupOutput",
+    "ExperimentEstimate": "ExperimentEstimateOutput",
     "MissingRun": "MissingRunOutput",
     "ExperimentResults": "ExperimentResultsOutput",
     "ExperimentDetail": "ExperimentDetailOutput",

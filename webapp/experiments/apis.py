@@ -1,6 +1,6 @@
-"""REST API for experiments under /api/v1/experiments/: list, create (arms × seeds as ordinary runs), one
-experiment with its table and verdicts, and cancel. Team scoping lives in `selectors.experiment_get` (404 for other
-teams) and roles in services, as for runs."""
+"""REST API for experiments under /api/v1/experiments/: list, create (arms × seeds as ordinary runs), the cost estimate
+of one not yet started, one experiment with its table and verdicts, and cancel. Team scoping lives in
+`selectors.experiment_get` (404 for other teams) and roles in services, as for runs."""
 
 from __future__ import annotations
 
@@ -12,13 +12,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from inspo_engine.experiments import MAX_ARMS, MAX_SEEDS
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_for_submission
 from webapp.core.api import ConfigField, JsonValueField, PagePagination, error_responses, query_once
+from webapp.core.errors import InvalidInput
 from webapp.runs.configs import PRESET_NAMES
 
 from . import selectors, services
-from .outputs import ExperimentDetailOutputSerializer, ExperimentOutputSerializer
+from .models import MAX_EXPERIMENT_RUNS
+from .outputs import ExperimentDetailOutputSerializer, ExperimentEstimateOutputSerializer, ExperimentOutputSerializer
 
 
 class ExperimentListCreateApi(APIView):
@@ -33,7 +36,10 @@ class ExperimentListCreateApi(APIView):
             help_text='Built-in arm names (["static", "inspo", "no-verify", "random-pool"]) or an object of name → '
             'overrides ({"static": null, "low-lr": {"grpo.lr": 1e-7}}).'
         )
-        seeds = JsonValueField(help_text="A count (seeds 0 … n−1) or a list of distinct seeds.")
+        seeds = JsonValueField(
+            help_text=f"A count (seeds 0 … n−1) or a list of distinct seeds: at most {MAX_SEEDS}, and at most "
+            f"{MAX_EXPERIMENT_RUNS} runs (arms × seeds) in all."
+        )
         evaluation = ConfigField(
             required=False,
             help_text='The held-out evaluation: {"benchmarks": ["builtin"], "split": "test", "size": 0, '
@@ -73,6 +79,41 @@ class ExperimentListCreateApi(APIView):
         name = values.pop("name")
         experiment = services.experiment_submit(team=team, user=user, name=name, spec=values)
         return Response(ExperimentOutputSerializer(experiment).data, status=201)
+
+
+class ExperimentEstimateApi(APIView):
+    class Input(serializers.Serializer[Any]):
+        team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
+        preset = serializers.ChoiceField(choices=PRESET_NAMES)
+        arms = serializers.IntegerField(min_value=0, max_value=MAX_ARMS, help_text="How many arms.")
+        seeds = serializers.IntegerField(
+            min_value=0, max_value=10**9, help_text="Seeds per arm (past the limit, the text names the limit)."
+        )
+
+    @extend_schema(
+        parameters=[Input],
+        responses={200: ExperimentEstimateOutputSerializer, **error_responses(400)},
+        operation_id="experiments_estimate",
+        description="What an experiment of `arms` × `seeds` runs of the preset would cost: runs × the median wall "
+        "time of the team's finished runs of the preset when it has any, else × the preset's stated figure, and "
+        f"which it is based on. Past {MAX_SEEDS} seeds or {MAX_EXPERIMENT_RUNS} runs the text names the limit "
+        "instead. Without `team`, a user of several teams gets the preset's figure.",
+    )
+    def get(self, request: Request) -> Response:
+        user = acting_user(request)
+        data = self.Input(data=query_once(request.query_params))
+        data.is_valid(raise_exception=True)
+        values = data.validated_data
+        try:
+            team = team_for_submission(user=user, slug=values.get("team"))
+        except InvalidInput:
+            if values.get("team"):
+                raise
+            team = None
+        estimate = selectors.experiment_estimate(
+            team=team, preset=values["preset"], arms=values["arms"], seeds=values["seeds"]
+        )
+        return Response(ExperimentEstimateOutputSerializer(estimate).data)
 
 
 class ExperimentDetailApi(APIView):

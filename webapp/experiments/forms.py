@@ -1,6 +1,6 @@
 """The New experiment form: a preset, a checkbox per built-in arm, a seed count, the benchmarks and shared overrides
-(JSON); the engine validates the rest, and its errors land on the field they name. It also knows the rough cost per
-run of each preset that the form shows before anything is sent."""
+(JSON); the engine validates the rest, and its errors land on the field they name. Its cost estimate is the
+selectors' `experiment_estimate`, which the API also answers."""
 
 from __future__ import annotations
 
@@ -9,21 +9,15 @@ from typing import Any
 
 from django import forms
 
-from inspo_engine.experiments import BUILTIN_ARMS, MAX_BENCHMARKS
+from inspo_engine.experiments import BUILTIN_ARMS, MAX_BENCHMARKS, MAX_SEEDS
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.data.references import data_choices
 from webapp.runs.configs import PRESET_NAMES
-from webapp.runs.forms import NameField, OverridesField
+from webapp.runs.forms import OverridesField
 
-MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 5.0, "cpu-demo": 25.0, "paper": None}
-"""A rough wall-clock estimate of one run of each preset on the platform's default CPU worker (docs/experiments.md):
-smoke 4 min 17 s to 5 min 33 s measured per run with an 8-question evaluation on two busy cores; cpu-demo the
-21 min 42 s measured for `make demo` in float32 (its 195-question evaluation included) on two idle cores, rounded
-up: in bf16 mixed precision, which the preset's `auto` picks on a CPU with bfloat16 instructions, a run took 14–16
-minutes alone on two cores with AMX (docs/precision.md), but a CPU without them computes in float32, so the estimate
-keeps the float32 figure; the paper preset trains a 3B model on GPUs, for hours, and has no estimate here."""
-MAX_FORM_SEEDS = 10
+from .models import MAX_EXPERIMENT_RUNS
+
 ARM_CHOICES = [(name, name) for name in BUILTIN_ARMS]
 ERROR_FIELDS = {
     "evaluation.benchmarks": "benchmarks",
@@ -33,29 +27,9 @@ ERROR_FIELDS = {
 """The form field that shows an error of the experiment's field."""
 
 
-def cost_text(preset: str, runs: int) -> str:
-    """The estimate the form shows for `runs` runs of `preset`.
-
-    >>> cost_text("smoke", 4)
-    '4 runs × ~5 min ≈ 20 min of worker time'
-    >>> cost_text("paper", 2)
-    '2 runs of the paper preset: GPU hours each, no estimate'
-    >>> cost_text("unmeasured", 2)
-    '2 runs of the unmeasured preset: no estimate yet'
-    """
-    if preset not in MINUTES_PER_RUN:
-        return f"{runs} runs of the {preset} preset: no estimate yet"
-    minutes = MINUTES_PER_RUN[preset]
-    if minutes is None:
-        return f"{runs} runs of the {preset} preset: GPU hours each, no estimate"
-    total = runs * minutes
-    spent = f"{total / 60:.1f} h" if total >= 120 else f"{total:.0f} min"
-    return f"{runs} runs × ~{minutes:.0f} min ≈ {spent} of worker time"
-
-
 class ExperimentForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    name = NameField()
+    name = forms.CharField(max_length=200)
     preset = forms.ChoiceField(choices=[(name, name) for name in PRESET_NAMES], initial="smoke")
     arms = forms.MultipleChoiceField(
         choices=ARM_CHOICES,
@@ -63,7 +37,12 @@ class ExperimentForm(forms.Form):
         initial=["static", "inspo"],
         help_text="Each arm trains every seed.",
     )
-    seeds = forms.IntegerField(min_value=1, max_value=MAX_FORM_SEEDS, initial=3, help_text="Seeds 0 … n−1 per arm.")
+    seeds = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_SEEDS,
+        initial=3,
+        help_text=f"Seeds 0 … n−1 per arm: at most {MAX_SEEDS}, and at most {MAX_EXPERIMENT_RUNS} runs (arms × seeds).",
+    )
     baseline = forms.ChoiceField(
         choices=ARM_CHOICES, initial="static", help_text="The arm the others are compared with."
     )

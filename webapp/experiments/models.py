@@ -11,6 +11,22 @@ from django.db import models
 from inspo_engine.experiments import EvalSpec
 from webapp.accounts.models import Team
 
+MAX_EXPERIMENT_RUNS = 48
+"""The most runs (arms × seeds) one experiment may start."""
+
+
+def runs_over_limit(runs: int) -> str | None:
+    """Why an experiment of `runs` runs (arms × seeds) may not start, or None when it may.
+
+    >>> runs_over_limit(49)
+    '49 runs (arms × seeds); an experiment may start at most 48'
+    """
+    return (
+        f"{runs} runs (arms × seeds); an experiment may start at most {MAX_EXPERIMENT_RUNS}"
+        if runs > MAX_EXPERIMENT_RUNS
+        else None
+    )
+
 
 class Experiment(models.Model):
     """Arms × seeds over one base config. `status` holds what a person did (running, or cancelled); whether every

@@ -63,6 +63,7 @@ class ExperimentOutputSerializer(serializers.ModelSerializer[Experiment]):
 class SeedsNeededOutputSerializer(serializers.Serializer[Any]):
     difference = serializers.FloatField(help_text="The difference in EM (0–1) to detect.")
     seeds = serializers.IntegerField(allow_null=True, help_text="Seeds per arm it would need at this variance.")
+    reason = serializers.CharField(allow_null=True, help_text="Why there is no count (null when there is one).")
 
 
 class VerdictComparisonOutputSerializer(serializers.Serializer[Any]):
@@ -79,6 +80,10 @@ class VerdictComparisonOutputSerializer(serializers.Serializer[Any]):
     per_seed = serializers.DictField(child=serializers.FloatField(), help_text="Seed → its paired difference.")
     method = serializers.CharField(help_text="How the interval was made.")
     excludes_zero = serializers.BooleanField()
+    without_variance = serializers.BooleanField(
+        help_text="Every paired difference was the same (both arms scored every question alike in every seed, say): "
+        "the interval has no width because nothing varied, so it cannot be estimated."
+    )
     seeds_needed = SeedsNeededOutputSerializer()
 
 
@@ -128,6 +133,16 @@ class MissingRunOutputSerializer(serializers.Serializer[Any]):
     seed = serializers.IntegerField()
 
 
+class MachineGroupOutputSerializer(serializers.Serializer[Any]):
+    """Runs that recorded computing on the same machine."""
+
+    machine = serializers.DictField(
+        child=serializers.CharField(), allow_null=True, help_text="cpu, cpu_flags, python, torch, threads, gpu."
+    )
+    described = serializers.CharField(help_text="The machine in words ('not recorded' for none).")
+    runs = serializers.ListField(child=serializers.CharField(), help_text="Its runs, as `<arm>-s<seed>`.")
+
+
 class ExperimentResultsOutputSerializer(serializers.Serializer[Any]):
     baseline = serializers.CharField()
     level = serializers.FloatField()
@@ -135,6 +150,12 @@ class ExperimentResultsOutputSerializer(serializers.Serializer[Any]):
     arms = ArmResultOutputSerializer(many=True)
     missing = MissingRunOutputSerializer(many=True, help_text="(arm, seed) runs with no results (yet).")
     complete = serializers.BooleanField()
+    machines = MachineGroupOutputSerializer(
+        many=True, help_text="The runs that started, grouped by the machine each recorded computing on."
+    )
+    machines_warning = serializers.CharField(
+        allow_null=True, help_text="Why runs on more than one machine weaken the pairing by seed; null for one."
+    )
 
 
 class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
@@ -145,3 +166,17 @@ class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
     runs = ExperimentRunOutputSerializer(many=True)
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs per status.")
     results = ExperimentResultsOutputSerializer()
+
+
+class ExperimentEstimateOutputSerializer(serializers.Serializer[Any]):
+    """What an experiment would cost before it is started (`selectors.experiment_estimate`)."""
+
+    runs = serializers.IntegerField(help_text="Arms × seeds.")
+    minutes_per_run = serializers.FloatField(allow_null=True, help_text="Wall-clock minutes one run is taken to last.")
+    basis = serializers.ChoiceField(
+        choices=("team", "preset", "none", "limit"),
+        help_text="team: the median of the team's finished runs of the preset; preset: the preset's stated figure; "
+        "none: no figure; limit: past a limit on seeds or runs, which `text` names.",
+    )
+    measured_runs = serializers.IntegerField(help_text="The team's finished runs behind a `team` estimate.")
+    text = serializers.CharField(help_text="The estimate in words, as the New experiment form shows it.")

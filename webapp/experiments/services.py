@@ -23,10 +23,8 @@ from webapp.runs.configs import config_admit, tracking_named
 from webapp.runs.models import Run
 from webapp.runs.services import experiment_pending_check, run_cancel, run_submit
 
-from .models import Experiment
+from .models import Experiment, runs_over_limit
 
-MAX_EXPERIMENT_RUNS = 48
-"""The most runs (arms × seeds) one experiment may start."""
 BENCHMARK, BENCHMARKS = "evaluation.benchmark", "evaluation.benchmarks"
 
 
@@ -45,9 +43,8 @@ def experiment_read(spec: Mapping[str, Any]) -> EngineExperiment:
         experiment = experiment_from_dict(dict(spec))
     except ConfigError as error:
         raise experiment_errors(error) from error
-    runs = len(experiment.arms) * len(experiment.seeds)
-    if runs > MAX_EXPERIMENT_RUNS:
-        message = f"{runs} runs (arms × seeds); an experiment may start at most {MAX_EXPERIMENT_RUNS}"
+    message = runs_over_limit(len(experiment.arms) * len(experiment.seeds))
+    if message:
         raise InvalidInput({"seeds": [message]})
     return experiment
 

@@ -6,6 +6,7 @@ from . import apis, views
 
 api_urlpatterns = [
     path("experiments/", apis.ExperimentListCreateApi.as_view(), name="experiments"),
+    path("experiments/estimate/", apis.ExperimentEstimateApi.as_view(), name="experiment-estimate"),
     path("experiments/<int:experiment_id>/", apis.ExperimentDetailApi.as_view(), name="experiment"),
     path("experiments/<int:experiment_id>/cancel/", apis.ExperimentCancelApi.as_view(), name="experiment-cancel"),
 ]

@@ -1,6 +1,7 @@
-"""Server-rendered pages for experiments: the list, the New experiment form, one experiment (its table, verdicts,
-runs and the shell its charts mount on) and cancel. They call the same services and selectors as the API; the
-charts and the live refresh are drawn in the browser by the bundle built from frontend/."""
+"""Server-rendered pages for experiments: the list, the New experiment form (with the cost estimate the API also
+answers), one experiment (its table, verdicts, machines, runs, the shell its charts mount on, and the API's own JSON
+of it for the charts) and cancel. They call the same services and selectors as the API; the charts and the live
+refresh are drawn in the browser by the bundle built from frontend/."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ from webapp.core.errors import InvalidInput, ServiceError
 from webapp.runs.selectors import MAX_COMPARED_RUNS
 
 from . import selectors, services
-from .forms import MINUTES_PER_RUN, ExperimentForm, cost_text
+from .forms import ExperimentForm
 from .models import Experiment
+from .outputs import ExperimentDetailOutputSerializer
 
 
 @login_required
@@ -54,14 +56,18 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Experiment “{experiment.name}” started: {experiment.run_count} runs.")
             return redirect("experiments:detail", experiment_id=experiment.pk)
-    preset = form["preset"].value() or "smoke"
-    arms = form["arms"].value() or []
-    seeds = form["seeds"].value() or 0
-    runs = len(arms) * int(seeds) if str(seeds).isdigit() else 0
+    seeds = str(form["seeds"].value() or 0)
+    chosen = teams.filter(pk=form["team"].value()).first() if str(form["team"].value()).isdigit() else None
+    estimate = selectors.experiment_estimate(
+        team=chosen or teams.first(),
+        preset=str(form["preset"].value() or "smoke"),
+        arms=len(form["arms"].value() or []),
+        seeds=int(seeds) if seeds.isdigit() else 0,
+    )
     context = {
         "form": form,
-        "cost": cost_text(preset, runs),
-        "minutes_per_run": json.dumps(MINUTES_PER_RUN),
+        "estimate": estimate,
+        "team_slugs": json.dumps({str(team.pk): team.slug for team in teams}),
         "can_submit": True,
     }
     return render(request, "experiments/new.html", context, status=400 if request.method == "POST" else 200)
@@ -83,6 +89,7 @@ def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
     role = role_of(user, experiment.team)
     context = {
         **summary,
+        "detail": ExperimentDetailOutputSerializer(summary).data,
         "can_act": role is not None and role.rank >= Role.MEMBER.rank,
         "several_benchmarks": len(summary["results"]["benchmarks"]) > 1,
         "compare_url": _compare_url(summary["runs"]),

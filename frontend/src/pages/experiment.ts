@@ -1,74 +1,79 @@
 /** The experiment page: the training reward per arm over steps (mean and band over seeds) and each arm's EM with its
- * interval, drawn from the API. While the experiment runs, the server-rendered summary, table, verdicts and runs are
- * refreshed in place every few seconds, and the charts with them. */
+ * interval, drawn from the experiment's JSON that the page carries (the API's own answer). While the experiment
+ * runs, the page is fetched again every few seconds: its server-rendered summary, table, verdicts, machines and runs
+ * replace the shown ones in place, and the charts are drawn again from the JSON it carries, so the statistics are
+ * computed once per refresh. */
 
-import { Api, describeError } from "../api";
+import { describeError } from "../api";
 import { colorAt, createChart, linePanel, numberLabels, type Chart } from "../charts";
 import { byTestId, escapeHtml, fill } from "../dom";
-import { armEms, bandPoints } from "../transforms/experiment";
+import { armEms, armStyle, bandPoints, parseDetail } from "../transforms/experiment";
 import type { ExperimentDetail } from "../types";
 
 const REFRESH_MS = 3000;
+const DETAIL_ID = "experiment-detail";
 
-export async function experimentPage(root: HTMLElement, api: Api): Promise<void> {
-  const id = root.dataset.experimentId ?? "";
+export function experimentPage(root: HTMLElement): void {
   const reward = createChart(
     byTestId(root, "chart-experiment-reward"),
     "Training reward per arm over steps: the mean over seeds and the band from the lowest to the highest seed",
   );
   const em = createChart(byTestId(root, "chart-experiment-em"), "Exact match per arm, each seed and the interval");
   const error = byTestId(root, "experiment-error");
-
-  const load = async (): Promise<ExperimentDetail | null> => {
-    try {
-      const detail = await api.get<ExperimentDetail>(`experiments/${id}/`);
-      error.replaceChildren();
-      drawReward(reward, detail);
-      drawEm(em, detail);
-      return detail;
-    } catch (problem) {
-      fill(error, describeError(problem));
-      return null;
-    }
+  const draw = (detail: ExperimentDetail) => {
+    drawReward(reward, detail);
+    drawEm(em, detail);
   };
 
-  const detail = await load();
-  if (detail?.state === "running") {
-    // The API first, then the sections: once it says the experiment ended, the sections fetched after show that too.
-    const refresh = async () => {
-      const next = await load();
-      await refreshSections(root);
-      if (next?.state === "running" || next === null) window.setTimeout(() => void refresh(), REFRESH_MS);
-    };
-    window.setTimeout(() => void refresh(), REFRESH_MS);
-  }
+  const first = parseDetail(document.getElementById(DETAIL_ID)?.textContent);
+  if (first) draw(first);
+  if (first?.state !== "running") return;
+  // One request per refresh: the page itself, whose sections and JSON come from one computation of the statistics.
+  const refresh = async () => {
+    let next: ExperimentDetail | null = null;
+    try {
+      next = await refreshPage(root);
+      error.replaceChildren();
+      if (next) draw(next);
+    } catch (problem) {
+      fill(error, describeError(problem));
+    }
+    if (next === null || next.state === "running") window.setTimeout(() => void refresh(), REFRESH_MS);
+  };
+  window.setTimeout(() => void refresh(), REFRESH_MS);
 }
 
-/** Replace each `[data-live]` section with the server's current rendering of it (the page's own HTML, fetched). */
-async function refreshSections(root: HTMLElement): Promise<void> {
+/** Fetch the page again, replace each `[data-live]` section with the server's current rendering of it, and return
+ * the experiment's JSON it carries. */
+async function refreshPage(root: HTMLElement): Promise<ExperimentDetail | null> {
   const response = await fetch(window.location.href, { credentials: "same-origin" });
-  if (!response.ok) return;
+  if (!response.ok) throw new Error(`The page answered ${response.status}`);
   const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
   for (const section of root.querySelectorAll<HTMLElement>("[data-live]")) {
     const next = fresh.querySelector(`[data-live="${section.dataset.live}"]`);
     if (next) section.replaceChildren(...[...next.childNodes].map((node) => document.importNode(node, true)));
   }
+  return parseDetail(fresh.getElementById(DETAIL_ID)?.textContent);
 }
 
 function drawReward(chart: Chart, detail: ExperimentDetail): void {
   const series = detail.results.arms.flatMap((row, i) => {
     const color = colorAt(i);
+    const style = armStyle(i);
     const band = bandPoints(row.reward_curve);
     const stack = `band-${row.arm}`;
     return [
       {
+        // Each arm's own dash and symbol: where two arms' means coincide, both stay visible.
         name: row.arm,
         type: "line",
         data: row.reward_curve.steps.map((step, j) => [step, row.reward_curve.mean[j]]),
         itemStyle: { color },
-        lineStyle: { width: 2 },
-        showSymbol: row.reward_curve.steps.length === 1,
-        z: 3,
+        lineStyle: { width: 2, type: style.dash },
+        symbol: style.symbol,
+        symbolSize: style.symbolSize,
+        showSymbol: true,
+        z: 3 + i,
       },
       { name: row.arm, type: "line", data: band.low, stack, symbol: "none", lineStyle: { opacity: 0 }, silent: true },
       {
@@ -98,6 +103,7 @@ function drawEm(chart: Chart, detail: ExperimentDetail): void {
   const level = Math.round(detail.results.level * 100);
   const series = ems.flatMap((item) => {
     const color = colorAt(arms.indexOf(item.arm));
+    const symbol = armStyle(arms.indexOf(item.arm)).symbol;
     const whisker =
       item.low !== null && item.high !== null
         ? [
@@ -121,6 +127,7 @@ function drawEm(chart: Chart, detail: ExperimentDetail): void {
         name: item.arm,
         type: "scatter",
         data: [[item.arm, item.mean]],
+        symbol,
         symbolSize: 14,
         itemStyle: { color },
         tooltip: { formatter: () => `${escapeHtml(item.arm)}: mean EM ${item.mean.toFixed(3)}` },
@@ -129,6 +136,7 @@ function drawEm(chart: Chart, detail: ExperimentDetail): void {
         name: `${item.arm} seeds`,
         type: "scatter",
         data: item.perSeed.map((value) => [item.arm, value]),
+        symbol,
         symbolSize: 6,
         itemStyle: { color, opacity: 0.5 },
       },

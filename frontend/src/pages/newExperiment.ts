@@ -1,21 +1,43 @@
-/** The New experiment form: keeps the number of runs (checked arms × seeds) and the rough cost in view as the form
- * changes. The server renders the first estimate, so the form reads the same without this script. */
+/** The New experiment form: keeps the cost estimate in view as the form changes, asking the API for it (the API
+ * writes the text, from the team's finished runs of the preset or the preset's figure). The server renders the
+ * first estimate, so the form reads the same without this script. */
 
-import { costText } from "../transforms/experiment";
+import { Api, describeError } from "../api";
+import { estimateQuery } from "../transforms/experiment";
+import type { ExperimentEstimate } from "../types";
 
-export function newExperimentPage(root: HTMLElement): void {
-  const minutes = JSON.parse(root.dataset.minutes ?? "{}") as Record<string, number | null>;
+const DEBOUNCE_MS = 250;
+
+export function newExperimentPage(root: HTMLElement, api: Api): void {
+  const teams = JSON.parse(root.dataset.teams ?? "{}") as Record<string, string>;
   const form = root.querySelector<HTMLFormElement>('[data-testid="experiment-form"]');
   const estimate = root.querySelector<HTMLElement>('[data-testid="experiment-estimate"]');
   if (!form || !estimate) return;
-  const show = () => {
-    const preset = form.querySelector<HTMLSelectElement>('select[name="preset"]')?.value ?? "";
-    const arms = form.querySelectorAll('input[name="arms"]:checked').length;
-    const seeds = Number(form.querySelector<HTMLInputElement>('input[name="seeds"]')?.value ?? 0);
-    const runs = Number.isInteger(seeds) && seeds > 0 ? arms * seeds : 0;
-    estimate.textContent = costText(preset, runs, minutes[preset]);
+  let asked = 0;
+  let timer: number | undefined;
+  const ask = async () => {
+    const value = (name: string) => form.querySelector<HTMLInputElement | HTMLSelectElement>(`[name="${name}"]`)?.value;
+    const query = estimateQuery(
+      value("preset") ?? "",
+      form.querySelectorAll('input[name="arms"]:checked').length,
+      value("seeds") ?? "",
+      teams[value("team") ?? ""],
+    );
+    if (query === null) return;
+    const mine = ++asked;
+    try {
+      const answer = await api.get<ExperimentEstimate>("experiments/estimate/", query);
+      if (mine !== asked) return; // a newer question is on its way
+      estimate.textContent = answer.text;
+      estimate.dataset.basis = answer.basis;
+    } catch (problem) {
+      if (mine === asked) estimate.textContent = `No estimate: ${describeError(problem)}`;
+    }
   };
-  form.addEventListener("input", show);
-  form.addEventListener("change", show);
-  show();
+  const later = () => {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(() => void ask(), DEBOUNCE_MS);
+  };
+  form.addEventListener("input", later);
+  form.addEventListener("change", later);
 }
