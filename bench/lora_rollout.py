@@ -21,7 +21,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from inspo_engine.backends.torch.model import load_policy
-from inspo_engine.backends.torch.rollout import RolloutWeights
+from inspo_engine.backends.torch.rollout_weights import RolloutWeights
 from inspo_engine.models import SMOLLM2, resolve_model
 
 BATCH, PROMPT, STEPS = 16, 48, 24

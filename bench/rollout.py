@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO))
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
 from inspo_engine.backends.torch.model import load_policy  # noqa: E402
 from inspo_engine.backends.torch.precision import plan  # noqa: E402
-from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, RolloutWeights, _Row  # noqa: E402
+from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, _Row  # noqa: E402
+from inspo_engine.backends.torch.rollout_weights import RolloutWeights  # noqa: E402
 from inspo_engine.backends.torch.samples import RolloutSample  # noqa: E402
 from inspo_engine.config import SEED_INSTRUCTION  # noqa: E402
 from inspo_engine.env.protocol import Passage  # noqa: E402

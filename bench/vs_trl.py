@@ -66,7 +66,8 @@ from transformers.trainer_callback import PrinterCallback  # noqa: E402
 from bench.gpu import SHAPES, build_model, byte_tokenizer  # noqa: E402
 from bench.rollout import FixedLengthEngine, FixedPassages  # noqa: E402
 from inspo_engine.backends.torch.backend import ROLLOUT_DTYPES  # noqa: E402
-from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages  # noqa: E402
+from inspo_engine.backends.torch.grpo import GRPOTrainer  # noqa: E402
+from inspo_engine.backends.torch.losses import group_advantages  # noqa: E402
 from inspo_engine.backends.torch.model import load_policy  # noqa: E402
 from inspo_engine.backends.torch.precision import plan  # noqa: E402
 from inspo_engine.backends.torch.rollout import RolloutSettings, _Row  # noqa: E402

@@ -154,7 +154,9 @@ LOSS_AGGREGATION: dict[str, str] = {
     "dapo": "token-mean",
     "gspo": "seq-mean-token-mean",
 }
-"""How each loss reduces its per-token terms to a scalar, named as verl's `loss_agg_mode` names them."""
+"""How each loss reduces its per-token terms to a scalar, named as verl's `loss_agg_mode` names them. A loss is its
+name in `GRPOLoss`, its row here, and its per-token terms registered under that name in the torch backend
+(`backends/torch/losses.py`, `register_policy_loss`); tests/engine/test_losses.py holds the three alike."""
 
 
 def reward_scaling(grpo: GRPOConfig) -> RewardScaling:

@@ -7,24 +7,36 @@ from __future__ import annotations
 
 import math
 import types
+from typing import get_args
 
 import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from inspo_engine.backends.torch.grpo import (
-    GRPOTrainer,
+from inspo_engine.backends.torch.grpo import GRPOTrainer
+from inspo_engine.backends.torch.losses import (
+    POLICY_LOSSES,
     LossOptions,
     group_advantages,
     grpo_loss,
     k3_kl,
     masked_mean,
     pass_share,
+    register_policy_loss,
     scaled_advantages,
     seq_mean_token_mean,
+    token_clipped_loss,
 )
 from inspo_engine.backends.torch.samples import TrainSample
-from inspo_engine.config import ConfigError, GRPOConfig, RunConfig, loss_norm_tokens, reward_scaling
+from inspo_engine.config import (
+    LOSS_AGGREGATION,
+    ConfigError,
+    GRPOConfig,
+    GRPOLoss,
+    RunConfig,
+    loss_norm_tokens,
+    reward_scaling,
+)
 
 F64 = torch.float64
 EPS, EPS_HIGH, BETA, NORM = 0.2, 0.28, 0.1, 10
@@ -233,6 +245,35 @@ def test_default_settings_resolve_to_the_old_behaviour():
     assert not grpo.drop_truncated
     rewards = [[1.0, 0.0, 0.3], [0.2, 0.2, 0.2]]
     assert scaled_advantages(rewards, "group") == group_advantages(rewards)
+
+
+# -- the registry of losses --------------------------------------------------------------------------------------
+
+
+def test_the_configs_loss_names_are_the_registered_losses_each_with_its_aggregation():
+    assert set(get_args(GRPOLoss)) == set(POLICY_LOSSES) == set(LOSS_AGGREGATION)
+
+
+def test_the_configs_loss_name_picks_the_function_registered_under_it(monkeypatch):
+    logp, old, _, advantages, mask = _batch()
+    plain, _ = grpo_loss(logp, old, None, advantages, mask, clip_ratio=EPS, kl_coef=0.0)
+    seen = []
+
+    def doubled(*args, clip_low, clip_high):
+        seen.append((clip_low, clip_high))
+        terms, ratio, clipped = token_clipped_loss(*args, clip_low=clip_low, clip_high=clip_high)
+        return 2 * terms, ratio, clipped
+
+    monkeypatch.setitem(POLICY_LOSSES, "grpo", doubled)
+    loss, _ = grpo_loss(logp, old, None, advantages, mask, clip_ratio=EPS, kl_coef=0.0)
+    assert seen == [(EPS, EPS)] and loss.item() == pytest.approx(2 * plain.item())
+
+
+def test_a_name_registered_twice_or_never_is_refused():
+    with pytest.raises(ValueError, match="already registered as 'grpo'"):
+        register_policy_loss("grpo")(token_clipped_loss)
+    with pytest.raises(ValueError, match="no policy loss is registered as 'ppo'"):
+        LossOptions("ppo")  # type: ignore[arg-type]
 
 
 # -- advantages -------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.data.references import data_choices
 from webapp.runs.configs import PRESET_NAMES
-from webapp.runs.forms import OverridesField
+from webapp.runs.forms import NameField, OverridesField
 
 from .models import MAX_EXPERIMENT_RUNS
 
@@ -29,7 +29,7 @@ ERROR_FIELDS = {
 
 class ExperimentForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    name = forms.CharField(max_length=200)
+    name = NameField()
     preset = forms.ChoiceField(choices=[(name, name) for name in PRESET_NAMES], initial="smoke")
     arms = forms.MultipleChoiceField(
         choices=ARM_CHOICES,

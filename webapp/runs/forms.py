@@ -117,6 +117,21 @@ class OverridesField(forms.CharField):
         return data
 
 
+class NameField(forms.CharField):
+    """A run's or an experiment's name, at most `max_length` characters. A longer one is refused with a message (as
+    the API refuses it), not cut: the input carries no `maxlength`, with which a browser silently drops what is
+    pasted past it."""
+
+    def __init__(self, *, max_length: int = 200, **kwargs: Any) -> None:
+        kwargs.setdefault("help_text", f"At most {max_length} characters.")
+        super().__init__(max_length=max_length, **kwargs)
+
+    def widget_attrs(self, widget: forms.Widget) -> dict[str, Any]:
+        attrs = super().widget_attrs(widget)
+        attrs.pop("maxlength", None)
+        return attrs
+
+
 def _tags(text: str) -> list[str]:
     return [tag.strip() for tag in text.split(",") if tag.strip()]
 
@@ -142,7 +157,7 @@ class ConfigFormMixin(forms.Form):
 
 class RunForm(ConfigFormMixin):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
-    name = forms.CharField(max_length=200)
+    name = NameField()
     tags = forms.CharField(required=False, help_text="Comma-separated.")
     preset = forms.ChoiceField(choices=[(p, p) for p in PRESET_NAMES], initial="quick")
     seed = forms.IntegerField(required=False)
@@ -283,7 +298,7 @@ class TeamTrackingForm(forms.Form):
 
 
 class CloneForm(ConfigFormMixin):
-    name = forms.CharField(max_length=200, required=False)
+    name = NameField(required=False, help_text="At most 200 characters; empty: the source's name with (clone).")
     tags = forms.CharField(required=False, help_text="Comma-separated; empty keeps the source's tags.")
     overrides = OverridesField(
         required=False,

@@ -71,6 +71,11 @@ export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   await Promise.all([picker, load()]);
 }
 
+/** A run's name cut with an ellipsis where it is long (site.css `.name-cut`), whole in its title. */
+function runName(name: string): HTMLElement {
+  return h("span", { class: "name-cut", title: name, text: name });
+}
+
 /** Check boxes for the user's newest runs (plus the chosen ones) in the page's GET form, and a text filter. */
 async function renderPicker(root: HTMLElement, api: Api, chosen: string[]): Promise<void> {
   const list = byTestId(root, "run-choices");
@@ -90,7 +95,9 @@ async function renderPicker(root: HTMLElement, api: Api, chosen: string[]): Prom
         "label",
         {},
         h("input", { type: "checkbox", name: "runs", value: run.id, checked: chosen.includes(run.id) }),
-        ` ${run.name} `,
+        " ",
+        runName(run.name),
+        " ",
         h("span", {
           class: "muted",
           text: `${run.status} · ${run.preset || "custom"} · step ${run.step}/${run.total_steps}`,
@@ -154,7 +161,13 @@ function drawPanels(charts: Map<PanelKey, Chart>, comparison: Comparison, smooth
     });
     (charts.get(key) as Chart).setOption(
       linePanel(title, series, {
-        legend: { type: "scroll", bottom: 0, data: comparison.runs.map((run) => run.name) },
+        legend: {
+          type: "scroll",
+          bottom: 0,
+          data: comparison.runs.map((run) => run.name),
+          textStyle: { width: 240, overflow: "truncate" },
+          tooltip: { show: true },
+        },
         grid: { left: 48, right: 12, top: 32, bottom: 52 },
       }),
       { notMerge: true },
@@ -180,7 +193,12 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
     h(
       "tr",
       { class: row.baseline ? "baseline" : "" },
-      h("th", { scope: "row" }, row.name, row.baseline ? h("span", { class: "muted", text: " (baseline)" }) : null),
+      h(
+        "th",
+        { scope: "row" },
+        runName(row.name),
+        row.baseline ? h("span", { class: "muted", text: " (baseline)" }) : null,
+      ),
       ...row.cells.map((cell) =>
         h(
           "td",
@@ -226,7 +244,7 @@ function renderConfigDiff(root: HTMLElement, comparison: Comparison): void {
     "tr",
     {},
     h("th", { scope: "col", text: "Field" }),
-    ...runs.map((run) => h("th", { scope: "col", text: run.name })),
+    ...runs.map((run) => h("th", { scope: "col" }, runName(run.name))),
   );
   const rows = comparison.config_diff.length
     ? comparison.config_diff.map(({ field, values }) =>

@@ -20,7 +20,8 @@ from ...types import Question, RolloutRequest, Trajectory
 from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
 from .adapters import is_adapter, load_adapter, name_the_base, save_merged
-from .grpo import FORWARD_TOKENS, GRPOTrainer, scaled_advantages
+from .grpo import FORWARD_TOKENS, GRPOTrainer
+from .losses import scaled_advantages
 from .model import load_policy, pick_device, resolve_model
 from .precision import NARROW_DTYPES, plan, resolve
 from .rollout import RolloutEngine, RolloutSettings

@@ -1,8 +1,9 @@
-"""The GRPO update of INSPO.md on one torch model: advantages, the clipped loss with a k3 KL penalty, and the trainer;
-it knows token ids and masks, never prompts, instructions, rollouts or rewards' meaning.
+"""The GRPO update of INSPO.md on one torch model: samples batched into forward passes, each pass's loss, the
+learning-rate schedule and the trainer; the loss maths is `losses.py`'s. It knows token ids and masks, never prompts,
+instructions, rollouts or rewards' meaning.
 
-Reading order: advantages → per-token log-probs and the loss → batching → learning-rate schedule → the trainer, whose
-`update` runs the four sections of one training step top to bottom.
+Reading order: batching → the loss of a forward pass → learning-rate schedule → the trainer, whose `update` runs the
+four sections of one training step top to bottom.
 
 Log-probs are taken three ways (`TrainPath`), all giving the same numbers: `full` runs the whole model on one padded
 row per sample and a log-softmax over every position (the textbook computation, kept as the reference);
@@ -30,15 +31,24 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
-from ...config import LOSS_AGGREGATION, GRPOConfig, GRPOLoss, RewardScaling
+from ...config import GRPOConfig
 from ..base import UpdateResult
 from .logits import (
     CausalLMParts,
-    at_least_float32,
     head_gradient_into_grad,
     layer_checkpointing,
     split_causal_lm,
     target_logprobs,
+)
+from .losses import (
+    DEFAULT_LOSS,
+    LossOptions,
+    grpo_loss,
+    logits_entropy,
+    logits_to_logprobs,
+    masked_mean,
+    pass_share,
+    token_logprobs,
 )
 from .precision import compute_region
 from .prefix import Layout, check_sample, grouped_attention, padded_layout, shared_prefix_layout, takes_packed_mask
@@ -53,8 +63,6 @@ TRAINER_STATE_FILE = "trainer_state.pt"
 LORA_ADAPTER_FILE = "adapter_model.safetensors"
 LORA_TARGETS = "all-linear"
 """peft's name for every linear layer except the output head: the attention and MLP projections."""
-KL_LOG_RATIO_CLAMP = 20.0
-KL_VALUE_CLAMP = 10.0
 
 FORWARD_TOKENS = 1024
 """Default most tokens of one training forward/backward pass (`GRPOTrainer.forward_tokens`)."""
@@ -63,277 +71,6 @@ TrainPath = Literal["full", "selective", "shared_prefix"]
 """How log-probs are computed; see the module docstring. All three agree to float32 rounding."""
 
 _T = TypeVar("_T")
-
-
-# -- advantages ------------------------------------------------------------------------------------------------
-
-
-def group_advantages(rewards: Sequence[Sequence[float]], eps: float = 1e-6) -> list[list[float]]:
-    """(r_i − mean) / (std + eps) within each group, with the unbiased (n − 1) std as verl's GRPO estimator computes
-    it, so both backends normalise alike. An all-equal group (or a group of one) gets zeros, decided by equality:
-    the mean of equal floats need not be that float, so their std can be tiny rather than zero.
-
-    >>> [round(a, 4) for a in group_advantages([[1.0, 0.0, 1.0, 0.0]], eps=0.0)[0]]
-    [0.866, -0.866, 0.866, -0.866]
-    >>> group_advantages([[0.5, 0.5], [1.0], [3.094932485201144] * 3])
-    [[0.0, 0.0], [0.0], [0.0, 0.0, 0.0]]
-    """
-    advantages = []
-    for group in rewards:
-        n = len(group)
-        if n < 2 or min(group) == max(group):
-            advantages.append([0.0] * n)
-            continue
-        mean = sum(group) / n
-        std = math.sqrt(sum((r - mean) ** 2 for r in group) / (n - 1))
-        advantages.append([(r - mean) / (std + eps) for r in group])
-    return advantages
-
-
-def scaled_advantages(rewards: Sequence[Sequence[float]], scale: RewardScaling, eps: float = 1e-6) -> list[list[float]]:
-    """r_i − mean(group), divided by the std of the group (`group_advantages`, GRPO and DAPO eq. 10), by the std of
-    every reward in the batch (TRL's `scale_rewards='batch'`), or by nothing (Dr. GRPO, Sec. 3.1). An all-equal
-    group (or a group of one) gets exact zeros in every case.
-
-    >>> scaled_advantages([[1.0, 0.0], [0.5, 0.5]], "none")
-    [[0.5, -0.5], [0.0, 0.0]]
-    >>> [round(a, 4) for a in scaled_advantages([[1.0, 0.0], [1.0, 1.0]], "batch", eps=0.0)[0]]
-    [1.0, -1.0]
-    """
-    if scale == "group":
-        return group_advantages(rewards, eps)
-    centred = [
-        [0.0] * len(group)
-        if len(group) < 2 or min(group) == max(group)
-        else [r - sum(group) / len(group) for r in group]
-        for group in rewards
-    ]
-    if scale == "none":
-        return centred
-    flat = [r for group in rewards for r in group]
-    mean = sum(flat) / len(flat) if flat else 0.0
-    std = math.sqrt(sum((r - mean) ** 2 for r in flat) / (len(flat) - 1)) if len(flat) > 1 else 0.0
-    return [[a / (std + eps) for a in group] for group in centred]
-
-
-# -- per-token log-probs and the policy loss -------------------------------------------------------------------
-
-
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Mean of `values` where `mask` is non-zero (over `dim`, or everything); 0 where nothing is unmasked.
-
-    Masked entries are selected away, not multiplied by zero, so a NaN or inf there never leaks into the result or
-    its gradient.
-    """
-    keep = mask != 0
-    total = torch.where(keep, values, torch.zeros_like(values))
-    count = keep.to(values.dtype)
-    if dim is None:
-        return total.sum() / count.sum().clamp(min=1.0)
-    return total.sum(dim) / count.sum(dim).clamp(min=1.0)
-
-
-def logits_to_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log π(target | prefix) for each position: `logits` [B, T, V] scores the tokens `targets` [B, T]."""
-    logprobs = torch.log_softmax(at_least_float32(logits), dim=-1)
-    return logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-
-
-def logits_entropy(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the next-token distribution at each position, [B, T, V] → [B, T]."""
-    logits = at_least_float32(logits)
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)
-
-
-def token_logprobs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Log-probs of the actual next tokens: [B, L] ids → [B, L − 1], entry t scoring token t + 1."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
-    return logits_to_logprobs(logits[:, :-1], input_ids[:, 1:])
-
-
-def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
-    """Per-token low-variance KL(π_θ ‖ π_ref) estimate: exp(d) − d − 1 with d = ref − logp; always ≥ 0.
-
-    The log-ratio is clamped to ±20 before the exponential and the result to ≤ 10, as verl's `low_var_kl`.
-    """
-    log_ratio = (ref_logprobs - logprobs).clamp(-KL_LOG_RATIO_CLAMP, KL_LOG_RATIO_CLAMP)
-    return (torch.exp(log_ratio) - log_ratio - 1.0).clamp(-KL_VALUE_CLAMP, KL_VALUE_CLAMP)
-
-
-def seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over each trajectory's unmasked tokens, then over trajectories (an all-masked one counts as 0)."""
-    return masked_mean(values, mask, dim=-1).mean()
-
-
-# -- loss variants (docs/losses.md) ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LossOptions:
-    """Which policy loss `grpo_loss` takes, beyond the clip ratio ε and the KL weight β that every variant has."""
-
-    variant: GRPOLoss = "grpo"
-    clip_ratio_high: float | None = None
-    """ε_high of the upper clip 1 + ε_high; None: ε, a symmetric clip."""
-    norm_tokens: int = 0
-    """dr_grpo's constant divisor of each reply's token sum (required > 0 for dr_grpo)."""
-
-    def __post_init__(self) -> None:
-        if self.variant == "dr_grpo" and self.norm_tokens <= 0:
-            raise ValueError("dr_grpo needs norm_tokens > 0 (config.loss_norm_tokens resolves it)")
-
-    @classmethod
-    def from_config(cls, config: GRPOConfig) -> LossOptions:
-        """The options of `config`, whose `norm_tokens` must be resolved already (`config.loss_norm_tokens`)."""
-        return cls(config.loss, config.clip_ratio_high, config.norm_tokens)
-
-
-def importance_ratio(
-    variant: GRPOLoss, logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor
-) -> torch.Tensor:
-    """[B, T] importance ratios: each token's π_θ/π_old (GRPO eq. 3, DAPO eq. 9), or for gspo its reply's
-    s_i = exp(mean over the reply's trained tokens of log π_θ/π_old) on every token of the reply (GSPO eq. 7).
-    Untrained positions (observations, padding) hold exactly 1 and pass no gradient."""
-    trained = mask != 0
-    log_ratio = torch.where(trained, logprobs - old_logprobs, torch.zeros_like(logprobs))
-    if variant == "gspo":
-        sequence = masked_mean(log_ratio, mask, dim=-1).unsqueeze(-1)
-        log_ratio = torch.where(trained, sequence.expand_as(log_ratio), torch.zeros_like(log_ratio))
-    return torch.exp(log_ratio)
-
-
-def clipped_surrogate(
-    ratio: torch.Tensor, advantages: torch.Tensor, *, clip_low: float, clip_high: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token loss −min(ρ·A, clip(ρ, 1 − ε_low, 1 + ε_high)·A) for ratios [B, T] and advantages [B], and where
-    the clip decided it (bool [B, T])."""
-    advantage = advantages.to(ratio.dtype).unsqueeze(-1)
-    unclipped = ratio * advantage
-    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high) * advantage
-    return -torch.minimum(unclipped, clipped), clipped < unclipped
-
-
-def aggregate(values: torch.Tensor, mask: torch.Tensor, options: LossOptions) -> torch.Tensor:
-    """Per-token terms [B, T] to the scalar the variant minimises (`config.LOSS_AGGREGATION`, verl's names):
-    seq-mean-token-mean (grpo, gspo), token-mean over the batch (dapo) or each reply's token sum over the constant
-    `norm_tokens`, then the mean over replies (dr_grpo). Masked positions are selected away."""
-    mode = LOSS_AGGREGATION[options.variant]
-    if mode == "token-mean":
-        return masked_mean(values, mask)
-    if mode == "seq-mean-token-sum-norm":
-        kept = torch.where(mask != 0, values, torch.zeros_like(values))
-        return (kept.sum(-1) / options.norm_tokens).mean()
-    return seq_mean_token_mean(values, mask)
-
-
-def pass_share(variant: GRPOLoss, part: Sequence[TrainSample], whole: Sequence[TrainSample]) -> float:
-    """The weight of one forward pass's loss in its mini-batch's, so that the passes add up to one pass over the
-    whole: its share of the replies, or of the trained tokens for a token-mean loss (dapo)."""
-    if LOSS_AGGREGATION[variant] == "token-mean":
-        total = sum(sum(s.response_mask) for s in whole)
-        if total:
-            return sum(sum(s.response_mask) for s in part) / total
-    return len(part) / len(whole)
-
-
-def grpo_loss(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    mask: torch.Tensor,
-    *,
-    clip_ratio: float,
-    kl_coef: float,
-    options: LossOptions = LossOptions(),
-    rollout_logprobs: torch.Tensor | None = None,
-    tis_cap: float | None = None,
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The GRPO loss to minimise and its statistics; tensors are [B, T] except `advantages` [B].
-
-    With `rollout_logprobs` (log π of the tokens under the weights that sampled them) the statistics include the
-    rollout mismatch (`rollout_mismatch`); with `tis_cap` too, each token's policy-gradient term is weighted by
-    `tis_weights` (the KL term is not).
-
-    loss = −(clipped surrogate) + β·k3-KL, each per token, aggregated over `mask` as `options.variant` says
-    (`aggregate`; the default, grpo, is sequence-mean-token-mean). Masked positions are selected away before any
-    arithmetic, so they get exactly zero gradient. `ref_logprobs=None` (no reference pass: the loss has no KL term,
-    `kl_coef` 0) takes the current log-probs, detached, as the reference: the KL term and its statistic are 0.
-    """
-    trained = mask != 0
-    if ref_logprobs is None:
-        if kl_coef:
-            raise ValueError("a KL penalty needs the reference log-probs")
-        ref_logprobs = logprobs.detach()
-    ratio = importance_ratio(options.variant, logprobs, old_logprobs, mask)
-    clip_high = clip_ratio if options.clip_ratio_high is None else options.clip_ratio_high
-    pg_tokens, clip_bit = clipped_surrogate(ratio, advantages, clip_low=clip_ratio, clip_high=clip_high)
-    if rollout_logprobs is not None and tis_cap is not None:
-        pg_tokens = pg_tokens * tis_weights(old_logprobs, rollout_logprobs, mask, cap=tis_cap)
-    kl = k3_kl(logprobs, torch.where(trained, ref_logprobs, logprobs))
-    pg_loss = aggregate(pg_tokens, mask, options)
-    kl_loss = aggregate(kl, mask, options)
-    loss = pg_loss + kl_coef * kl_loss
-    stats = {
-        "pg_loss": pg_loss.item(),
-        "kl": kl_loss.item(),
-        "clip_fraction": masked_mean(clip_bit.to(logprobs.dtype), mask).item(),
-        "ratio_mean": masked_mean(ratio, mask).item(),
-    }
-    if rollout_logprobs is not None:
-        stats |= rollout_mismatch(old_logprobs, rollout_logprobs, mask, clip_ratio=clip_ratio)
-    return loss, stats
-
-
-# -- rollout correction ----------------------------------------------------------------------------------------
-
-
-def tis_weights(
-    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor, *, cap: float
-) -> torch.Tensor:
-    """Truncated importance sampling weights [B, T]: min(π_old / π_rollout, cap) = min(exp(old − rollout), cap) per
-    token, detached (a constant factor of the policy-gradient loss); 1 where `mask` is 0.
-
-    The definition of verl (`verl/trainer/ppo/mismatch_helper.py`, `compute_rollout_importance_weights` with
-    rollout_is_level 'token' and rollout_is_mode 'truncate': exp(old_log_prob − rollout_log_prob) clamped above at
-    `rollout_is_threshold`, which multiplies the per-token policy loss) and of TRL (`trl/trainer/grpo_trainer.py`:
-    importance_sampling_ratio = clamp(exp(old_per_token_logps − sampling_per_token_logps),
-    max=vllm_importance_sampling_cap), default cap 2.0, multiplied into the per-token loss before the KL term).
-
-    >>> tis_weights(torch.tensor([[0.0, -1.0, 0.5]]), torch.tensor([[0.0, 0.0, 0.0]]), torch.ones(1, 3), cap=1.5)
-    tensor([[1.0000, 0.3679, 1.5000]])
-    """
-    log_ratio = torch.where(mask != 0, old_logprobs - rollout_logprobs, torch.zeros_like(old_logprobs))
-    return torch.exp(log_ratio.detach()).clamp(max=cap)
-
-
-def rollout_mismatch(
-    old_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, mask: torch.Tensor, *, clip_ratio: float
-) -> dict[str, float]:
-    """verl's measures of how far the rollout's sampling distribution is from the policy the update scores with,
-    over the trained tokens: mean |log π_old − log π_rollout| (`rollout_logp_abs_diff`), the k3 estimate of
-    KL(π_rollout ‖ π_old), mean of exp(d) − d − 1 with d = old − rollout (`rollout_kl`, verl's mismatch_k3_kl),
-    and the share of tokens whose ratio π_old / π_rollout lies outside the clip range [1 − ε, 1 + ε]
-    (`rollout_ratio_outside_clip`)."""
-    with torch.no_grad():
-        gap = torch.where(mask != 0, old_logprobs - rollout_logprobs, torch.zeros_like(old_logprobs))
-        ratio = torch.exp(gap)
-        outside = (ratio < 1.0 - clip_ratio) | (ratio > 1.0 + clip_ratio)
-        return {
-            "rollout_logp_abs_diff": masked_mean(gap.abs(), mask).item(),
-            "rollout_kl": masked_mean(torch.expm1(gap) - gap, mask).item(),
-            "rollout_ratio_outside_clip": masked_mean(outside.to(gap.dtype), mask).item(),
-        }
-
-
-def rollout_rows(samples: Sequence[TrainSample], *, device: torch.device) -> list[torch.Tensor] | None:
-    """Each sample's rollout log-probs of its trained tokens (as `logprob_rows` orders them), or None unless every
-    sample carries them."""
-    if any(s.rollout_logprobs is None for s in samples):
-        return None
-    rows = [[lp for lp, m in zip(s.rollout_logprobs or [], s.response_mask, strict=True) if m] for s in samples]
-    return [torch.tensor(row, dtype=torch.float32, device=device) for row in rows]
 
 
 # -- batching --------------------------------------------------------------------------------------------------
@@ -394,6 +131,15 @@ def spread_rows(rows: Sequence[torch.Tensor], loss_mask: torch.Tensor) -> torch.
     """Trained-token rows back at their places in a padded batch: [B, L − 1], 0 wherever `loss_mask` is 0."""
     keep = loss_mask != 0
     return torch.zeros(keep.shape, dtype=rows[0].dtype, device=keep.device).masked_scatter(keep, torch.cat(list(rows)))
+
+
+def rollout_rows(samples: Sequence[TrainSample], *, device: torch.device) -> list[torch.Tensor] | None:
+    """Each sample's rollout log-probs of its trained tokens (as `logprob_rows` orders them), or None unless every
+    sample carries them."""
+    if any(s.rollout_logprobs is None for s in samples):
+        return None
+    rows = [[lp for lp, m in zip(s.rollout_logprobs or [], s.response_mask, strict=True) if m] for s in samples]
+    return [torch.tensor(row, dtype=torch.float32, device=device) for row in rows]
 
 
 def prompt_groups(samples: Sequence[TrainSample]) -> list[list[int]]:
@@ -470,7 +216,7 @@ def policy_loss(
     *,
     clip_ratio: float,
     kl_coef: float,
-    options: LossOptions = LossOptions(),
+    options: LossOptions = DEFAULT_LOSS,
     rollout_logprobs: torch.Tensor | None = None,
     tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -526,7 +272,7 @@ def selective_policy_loss(
     *,
     clip_ratio: float,
     kl_coef: float,
-    options: LossOptions = LossOptions(),
+    options: LossOptions = DEFAULT_LOSS,
     rollout_rows: Sequence[torch.Tensor] | None = None,
     tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
@@ -804,7 +550,7 @@ class GRPOTrainer:
             if math.isfinite(grad_norm):
                 self.optimizer.step()
                 # the fused kernel writes the weights without bumping their version counters, which tell a rollout
-                # copy of the weights (`rollout.RolloutWeights`) that they changed
+                # copy of the weights (`rollout_weights.RolloutWeights`) that they changed
                 torch.autograd.graph.increment_version(self.trainable)
             else:
                 skipped += 1  # a non-finite gradient would poison the weights and Adam's moments

@@ -10,7 +10,7 @@ Two layouts, both listing the trained tokens (response_mask 1) in sample order, 
   its gradient is accumulated once from all G continuations: the idea of Prefix Grouper (arXiv 2506.05433). The
   last prompt position predicts the first token of every continuation, so its hidden state is used G times.
 
-The shared-prefix layout runs the model with the rollout engine's grouped attention (`GROUPED_SDPA`), which takes a
+The shared-prefix layout runs the model with the grouped attention of `kvcache` (`GROUPED_SDPA`), which takes a
 4-D boolean mask; `takes_packed_mask` tells whether a model can switch to it. The layout also carries its `Segments`,
 which the grouped attention uses instead of the mask: a dense masked attention over a row computes every query
 against every key, (prompt + G continuations)² scores of which a continuation needs only (prompt + itself) per query.
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from .rollout import GROUPED_SDPA
+from .kvcache import GROUPED_SDPA
 from .samples import TrainSample
 
 

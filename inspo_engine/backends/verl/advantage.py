@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from verl.trainer.ppo.core_algos import register_adv_est
 
-from ..torch.grpo import group_advantages
+from ..torch.losses import group_advantages
 from .overrides import ADVANTAGE_ESTIMATOR
 
 

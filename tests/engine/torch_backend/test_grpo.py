@@ -18,13 +18,15 @@ from inspo_engine.backends.torch.grpo import (
     collate,
     cosine_with_warmup,
     forward_passes,
+    pad_rows,
+    policy_loss,
+)
+from inspo_engine.backends.torch.losses import (
     group_advantages,
     grpo_loss,
     k3_kl,
     logits_to_logprobs,
     masked_mean,
-    pad_rows,
-    policy_loss,
     token_logprobs,
 )
 from inspo_engine.backends.torch.model import load_policy

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inspo_engine.backends.torch.grpo import GRPOTrainer, group_advantages
+from inspo_engine.backends.torch.grpo import GRPOTrainer
+from inspo_engine.backends.torch.losses import group_advantages
 from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.precision import native_bfloat16, plan, resolve
 from inspo_engine.backends.torch.samples import TrainSample

@@ -22,14 +22,13 @@ import torch
 from inspo_engine.backends.torch.grpo import (
     GRPOTrainer,
     collate,
-    group_advantages,
     layout_logprobs,
     policy_loss,
     selective_policy_loss,
     spread_rows,
-    token_logprobs,
 )
 from inspo_engine.backends.torch.logits import split_causal_lm
+from inspo_engine.backends.torch.losses import group_advantages, token_logprobs
 from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.prefix import (
     Layout,

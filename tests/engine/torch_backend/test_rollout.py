@@ -18,18 +18,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inspo_engine.backends.torch.rollout import (
-    _SAMPLE_BLOCK,
-    RolloutEngine,
-    RolloutSettings,
-    RolloutWeights,
-    _onednn_bfloat16,
-    _PackedLinear,
-    _sample,
-    _shared_prefixes,
-    _spans,
-)
+from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings, _shared_prefixes, _spans
+from inspo_engine.backends.torch.rollout_weights import RolloutWeights, _onednn_bfloat16, _PackedLinear
 from inspo_engine.backends.torch.samples import RolloutSample
+from inspo_engine.backends.torch.sampling import SAMPLE_BLOCK, sample_tokens
 from inspo_engine.config import SEED_INSTRUCTION, EnvConfig
 from inspo_engine.env.protocol import INVALID_ACTION_NOTE, observation
 from inspo_engine.env.rewards import extract_answer, is_valid_format
@@ -391,7 +383,7 @@ def test_the_two_level_sampler_draws_what_one_cumulative_sum_over_the_vocabulary
     same = sum(
         int(
             (
-                _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(seed))
+                sample_tokens(logits, 1.0, 1.0, torch.Generator().manual_seed(seed))
                 == one_level_sample(logits, torch.Generator().manual_seed(seed))
             ).sum()
         )
@@ -401,37 +393,37 @@ def test_the_two_level_sampler_draws_what_one_cumulative_sum_over_the_vocabulary
 
 
 def test_the_sampler_never_draws_a_token_of_zero_weight():
-    vocab = 3 * _SAMPLE_BLOCK + 5  # the last block is padded
+    vocab = 3 * SAMPLE_BLOCK + 5  # the last block is padded
     logits = torch.full((4000, vocab), float("-inf"))
-    allowed = [0, _SAMPLE_BLOCK - 1, _SAMPLE_BLOCK, 2 * _SAMPLE_BLOCK + 7, vocab - 1]
+    allowed = [0, SAMPLE_BLOCK - 1, SAMPLE_BLOCK, 2 * SAMPLE_BLOCK + 7, vocab - 1]
     logits[:, allowed] = torch.tensor([0.0, -30.0, 1.0, -80.0, 2.0])
-    chosen = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(3))
+    chosen = sample_tokens(logits, 1.0, 1.0, torch.Generator().manual_seed(3))
     assert set(chosen.tolist()) <= set(allowed)
-    assert {0, _SAMPLE_BLOCK, vocab - 1} <= set(chosen.tolist())
-    small = _sample(torch.tensor([[0.0, float("-inf"), 0.0]]).repeat(500, 1), 1.0, 1.0, torch.Generator())
+    assert {0, SAMPLE_BLOCK, vocab - 1} <= set(chosen.tolist())
+    small = sample_tokens(torch.tensor([[0.0, float("-inf"), 0.0]]).repeat(500, 1), 1.0, 1.0, torch.Generator())
     assert set(small.tolist()) == {0, 2}
 
 
 def test_top_p_keeps_only_the_nucleus():
     logits = torch.tensor([[3.0, 2.9, -5.0, -5.0], [0.0, 0.0, 0.0, 10.0]]).repeat(50, 1)
-    chosen = _sample(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
+    chosen = sample_tokens(logits, 1.0, 0.5, torch.Generator().manual_seed(0))
     assert set(chosen[0::2].tolist()) == {0} and set(chosen[1::2].tolist()) == {3}
-    wide = _sample(logits, 1.0, 0.99, torch.Generator().manual_seed(0))
+    wide = sample_tokens(logits, 1.0, 0.99, torch.Generator().manual_seed(0))
     assert set(wide[0::2].tolist()) == {0, 1}
 
 
 def test_sampling_follows_the_softmax_of_the_logits():
     logits = torch.tensor([[0.1, 0.2, 0.7, 0.0]]).log().repeat(20_000, 1)
-    chosen = _sample(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
+    chosen = sample_tokens(logits, 1.0, 1.0, torch.Generator().manual_seed(1))
     frequencies = torch.bincount(chosen, minlength=4).double() / len(chosen)
     assert torch.allclose(frequencies, torch.tensor([0.1, 0.2, 0.7, 0.0], dtype=torch.float64), atol=0.015)
-    spread = torch.full((1, 3 * _SAMPLE_BLOCK), float("-inf"))
-    spread[0, ::_SAMPLE_BLOCK] = torch.tensor([0.2, 0.3, 0.5]).log()  # one token in each of three blocks
-    drawn = _sample(spread.repeat(20_000, 1), 1.0, 1.0, torch.Generator().manual_seed(2))
-    assert set(drawn.tolist()) == {0, _SAMPLE_BLOCK, 2 * _SAMPLE_BLOCK}
-    share = torch.bincount(drawn // _SAMPLE_BLOCK, minlength=3).double() / len(drawn)
+    spread = torch.full((1, 3 * SAMPLE_BLOCK), float("-inf"))
+    spread[0, ::SAMPLE_BLOCK] = torch.tensor([0.2, 0.3, 0.5]).log()  # one token in each of three blocks
+    drawn = sample_tokens(spread.repeat(20_000, 1), 1.0, 1.0, torch.Generator().manual_seed(2))
+    assert set(drawn.tolist()) == {0, SAMPLE_BLOCK, 2 * SAMPLE_BLOCK}
+    share = torch.bincount(drawn // SAMPLE_BLOCK, minlength=3).double() / len(drawn)
     assert torch.allclose(share, torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), atol=0.015)
-    hot = _sample(logits[:1000], 0.05, 1.0, torch.Generator().manual_seed(1))
+    hot = sample_tokens(logits[:1000], 0.05, 1.0, torch.Generator().manual_seed(1))
     assert set(hot.tolist()) == {2}
 
 

@@ -8,14 +8,9 @@ import math
 import pytest
 import torch
 
-from inspo_engine.backends.torch.grpo import (
-    grpo_loss,
-    layout_logprobs,
-    rollout_mismatch,
-    rollout_rows,
-    tis_weights,
-)
+from inspo_engine.backends.torch.grpo import layout_logprobs, rollout_rows
 from inspo_engine.backends.torch.logits import split_causal_lm
+from inspo_engine.backends.torch.losses import grpo_loss, rollout_mismatch, tis_weights
 from inspo_engine.backends.torch.prefix import padded_layout
 from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings
 from inspo_engine.backends.torch.samples import TrainSample

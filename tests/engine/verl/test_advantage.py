@@ -13,7 +13,7 @@ require_verl()
 from omegaconf import OmegaConf  # noqa: E402
 from verl.trainer.ppo import core_algos  # noqa: E402
 
-from inspo_engine.backends.torch.grpo import group_advantages  # noqa: E402
+from inspo_engine.backends.torch.losses import group_advantages  # noqa: E402
 from inspo_engine.backends.verl import advantage  # noqa: E402
 from inspo_engine.backends.verl.overrides import ADVANTAGE_ESTIMATOR  # noqa: E402
 

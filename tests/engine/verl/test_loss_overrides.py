@@ -3,6 +3,8 @@ value passes verl's own config dataclasses (`ActorConfig`, `AlgoConfig`) and nam
 
 from __future__ import annotations
 
+from typing import get_args
+
 import pytest
 
 from tests.engine.verl._support import require_verl
@@ -15,7 +17,7 @@ from verl.utils.config import omega_conf_to_dataclass  # noqa: E402
 
 from inspo_engine.backends.verl.config import compose  # noqa: E402
 from inspo_engine.backends.verl.overrides import loss_pairs, verl_overrides  # noqa: E402
-from inspo_engine.config import RunConfig  # noqa: E402
+from inspo_engine.config import GRPOLoss, RunConfig  # noqa: E402
 
 VERL = {"backend": {"name": "verl"}}
 
@@ -24,7 +26,7 @@ def _composed(grpo: dict[str, object]) -> object:
     return compose(verl_overrides(RunConfig.from_dict(VERL | {"grpo": grpo})))
 
 
-@pytest.mark.parametrize("variant", ["grpo", "dr_grpo", "dapo", "gspo"])
+@pytest.mark.parametrize("variant", get_args(GRPOLoss))
 def test_each_variants_keys_exist_in_verls_schema_and_pass_its_dataclasses(variant):
     config = RunConfig.from_dict(VERL | {"grpo": {"loss": variant}})
     pairs = loss_pairs(config)

@@ -149,3 +149,35 @@ def test_a_member_cancels_from_the_page(client, mia, experiment):
     response = client.post(f"/experiments/{experiment.pk}/cancel/")
     assert response.status_code == 302
     assert set(experiment.runs.values_list("status", flat=True)) == {"cancelled"}
+
+
+def test_an_experiment_name_past_200_characters_is_refused_with_a_message_not_cut(client, alice, alice_team):
+    """A 5,000-character name was cut to 200 by the input's maxlength and the experiment started."""
+    import re
+
+    client.force_login(alice)
+    form = client.get("/experiments/new/").content.decode()
+    name_input = re.search(r'<input[^>]*name="name"[^>]*>', form).group(0)
+    assert "maxlength" not in name_input
+    data = {"team": alice_team.pk, "name": "e" * 5000, "preset": "smoke", "arms": ["static"], "seeds": 1}
+    response = client.post("/experiments/new/", {**data, "baseline": "static", "questions": 0})
+    html = response.content.decode()
+    row = html[html.index('for="id_name"') : html.index('for="id_preset"')]
+    assert response.status_code == 400 and "at most 200 characters (it has 5000)" in row
+    assert not Experiment.objects.exists()
+
+
+def test_the_list_and_the_page_cut_long_names_and_keep_them_whole_in_their_titles(client, alice, alice_team):
+    import re
+
+    from tests.webapp.experiments.conftest import spec
+    from webapp.experiments.services import experiment_submit
+
+    long = "a long experiment name " * 8 + "end"
+    experiment = experiment_submit(team=alice_team, user=alice, name=long, spec=spec(seeds=1))
+    client.force_login(alice)
+    listing = client.get("/experiments/").content.decode()
+    assert re.search(rf'<a class="name-cut" href="/experiments/{experiment.pk}/" title="{long}"', listing)
+    page = client.get(f"/experiments/{experiment.pk}/").content.decode()
+    run = experiment.runs.first()
+    assert f'<a class="name-cut" href="/runs/{run.pk}/" title="{run.name}">' in page

@@ -130,7 +130,9 @@ def test_the_list_filters_by_status(browser, scripted_run):
 
 
 def names_in_order(html: str) -> list[str]:
-    return re.findall(r'<td><a href="/runs/[0-9a-f-]+/">([^<]+)</a></td>', html)
+    return re.findall(
+        r'<td><a class="name-cut" href="/runs/[0-9a-f-]+/" title="[^"]*" data-testid="run-name">([^<]+)</a>', html
+    )
 
 
 def test_the_list_filters_by_preset_and_sorts(browser, alice, alice_team):
@@ -411,3 +413,38 @@ def test_another_teams_run_cannot_be_evaluated_from_the_page(alice, alice_team, 
     CheckpointFactory(run=run)
     response = signed_in(bob).post(reverse("runs:evaluate", kwargs={"run_id": run.pk}), {"benchmarks": "builtin"})
     assert response.status_code == 404 and not EvaluationRequest.objects.exists()
+
+
+# -- long names: refused past 200 characters, never cut silently; cut with an ellipsis in lists (#45 item 4) --------
+
+
+def name_input(html: str) -> str:
+    match = re.search(r'<input[^>]*name="name"[^>]*>', html)
+    assert match, "no name input"
+    return match.group(0)
+
+
+def test_a_run_name_past_200_characters_is_refused_with_a_message_not_cut(browser, alice_team):
+    assert "maxlength" not in name_input(browser.get(reverse("runs:new")).content.decode())
+    response = browser.post(reverse("runs:new"), {"team": alice_team.pk, "name": "n" * 5000, "preset": "smoke"})
+    assert response.status_code == 400 and not Run.objects.exists()
+    row = field_errors(response.content.decode(), "name")
+    assert "at most 200 characters (it has 5000)" in row
+    assert "At most 200 characters." in row  # said before typing, too
+
+
+def test_a_clone_name_past_200_characters_is_refused_with_a_message(browser, alice, alice_team):
+    source = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED)
+    confirm = reverse("runs:clone", kwargs={"run_id": source.pk})
+    assert "maxlength" not in name_input(browser.get(confirm).content.decode())
+    response = browser.post(confirm, {"name": "n" * 201})
+    assert response.status_code == 400 and "at most 200 characters (it has 201)" in response.content.decode()
+    assert Run.objects.count() == 1
+
+
+def test_lists_cut_a_long_name_and_keep_it_whole_in_its_title(browser, alice, alice_team):
+    long = "a long run name " * 12 + "end"
+    run = RunFactory(team=alice_team, creator=alice, name=long)
+    html = browser.get(reverse("runs:list")).content.decode()
+    link = re.search(r'<a class="name-cut"[^>]*data-testid="run-name"[^>]*>', html).group(0)
+    assert f'title="{long}"' in link and reverse("runs:detail", kwargs={"run_id": run.pk}) in link
