@@ -10,7 +10,8 @@ re-exports its own modules (`proposers/__init__.py` imports `proposers.parsing`,
 imports of the engine's own modules make edges.
 
 The core is every module except the backends (`backends/`) and the entry points (`ENTRY_POINTS`): the backends
-implement `inspo_engine.policy.PolicyBackend`, and only the entry points construct one.
+implement `inspo_engine.policy.PolicyBackend`, and only the entry points construct one. The backends in turn import
+no entry point (the verl job lives beside `build.py`, not in `backends/verl`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,13 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_core_module_imports_a_backend():
     assert core_imports_of_backends(import_graph(ROOT, ENGINE)) == {}
+
+
+def test_no_backend_imports_an_entry_point():
+    graph = import_graph(ROOT, ENGINE)
+    backends = {name for name in graph if name == BACKENDS or name.startswith(f"{BACKENDS}.")}
+    offenders = {name: sorted(graph[name] & ENTRY_POINTS) for name in backends}
+    assert {name: found for name, found in offenders.items() if found} == {}
 
 
 def test_the_engine_modules_import_each_other_in_no_cycle():
