@@ -2,7 +2,7 @@
 policy to evaluate; it trains nothing.
 
 The CLI, the web app's workers and the verl job all start runs through `build_run`, so a run means the same thing
-everywhere. It is the one module below the entry points that constructs a backend.
+everywhere. Of the engine's modules, only this one and the verl job construct a backend; the core takes one.
 """
 
 from __future__ import annotations
