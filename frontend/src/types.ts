@@ -71,6 +71,13 @@ export interface MetricSeries extends CompareSeries {
   lr: (number | null)[];
   grad_norm: (number | null)[];
   pg_loss: (number | null)[];
+  /** Share of the step's rollouts whose answer is an exact match; null at steps recorded before it was kept. */
+  em: (number | null)[];
+  /** Share of the step's rollouts that were well-formed. */
+  well_formed: (number | null)[];
+  /** The mean reward's part earned for the form (format, protocol credit) and for what the answers say. */
+  reward_format: (number | null)[];
+  reward_correct: (number | null)[];
   /** Seconds per stage of each step, by stage. */
   timings: Record<string, (number | null)[]>;
 }
@@ -84,6 +91,12 @@ export interface InstructionColumns {
   probability: (number | null)[];
   samples: (number | null)[];
   mean_reward: (number | null)[];
+  /** The mean of its per-step mean rewards over the steps its weight counts, its 95 % interval and the questions
+   * behind it; null in runs recorded before they were kept. */
+  recent_reward: (number | null)[];
+  recent_low: (number | null)[];
+  recent_high: (number | null)[];
+  recent_samples: (number | null)[];
 }
 
 /** The population history, column-wise (webapp/runs/outputs.py PopulationOutputSerializer): one array per snapshot
@@ -174,6 +187,8 @@ export interface Trajectory {
   response: string;
   answer: string | null;
   reward: number;
+  /** Whether the answer is an exact match of a gold answer (a reward above 0 may be format credit only). */
+  correct: boolean;
   tool_calls: number;
   response_tokens: number;
   error: string | null;

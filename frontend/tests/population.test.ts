@@ -1,12 +1,16 @@
 import { describe, expect, it } from "vitest";
 import {
   evolutionMarkers,
+  formatInterval,
   lastPerStep,
   memberCounts,
   sameMembers,
   membersAt,
   populationShares,
+  recentRewardsAt,
+  resolution,
   weightHistory,
+  type RecentReward,
 } from "../src/transforms/population";
 import type { Candidate, PopulationHistory, Round } from "../src/types";
 
@@ -42,6 +46,10 @@ function history(snapshots: [number, string, Row[]][]): PopulationHistory {
       probability,
       samples: weight.map((w) => (w === null ? null : 1)),
       mean_reward: weight.map(() => null),
+      recent_reward: weight.map(() => null),
+      recent_low: weight.map(() => null),
+      recent_high: weight.map(() => null),
+      recent_samples: weight.map(() => null),
     })),
   };
 }
@@ -274,5 +282,69 @@ describe("sameMembers", () => {
     expect(sameMembers(["ins-0001", "ins-0000"], ["ins-0000", "ins-0001"])).toBe(true);
     expect(sameMembers([], ["ins-0000"])).toBe(false);
     expect(sameMembers(["ins-0000", "ins-0002"], ["ins-0000", "ins-0001"])).toBe(false);
+  });
+});
+
+describe("recent rewards and whether the population can tell its members apart (#45 item 2)", () => {
+  const reward = (id: string, mean: number, low: number | null, high: number | null, n = 8): RecentReward => ({
+    id,
+    mean,
+    low,
+    high,
+    n,
+  });
+
+  it("reads each member's recent reward, interval and questions at a snapshot, in membersAt's order", () => {
+    const h = history([
+      [
+        1,
+        "step",
+        [
+          ["a", 0.2],
+          ["b", 0.3],
+        ],
+      ],
+    ]);
+    const [a, b] = h.instructions;
+    Object.assign(a, { recent_reward: [0.2], recent_low: [0.1], recent_high: [0.3], recent_samples: [6] });
+    Object.assign(b, { recent_reward: [0.3], recent_low: [null], recent_high: [null], recent_samples: [1] });
+    expect(recentRewardsAt(h, 0)).toEqual([
+      { id: "b", mean: 0.3, low: null, high: null, n: 1 },
+      { id: "a", mean: 0.2, low: 0.1, high: 0.3, n: 6 },
+    ]);
+    expect(formatInterval(recentRewardsAt(h, 0)[1])).toBe("0.200 [0.100, 0.300]");
+    expect(formatInterval(recentRewardsAt(h, 0)[0])).toBe("0.300");
+  });
+
+  it("reads a population sent before recent rewards were kept as having none", () => {
+    const h = history([[1, "step", [["a", 0.2]]]]);
+    for (const key of ["recent_reward", "recent_low", "recent_high", "recent_samples"] as const) {
+      delete (h.instructions[0] as Partial<(typeof h.instructions)[0]>)[key];
+    }
+    expect(recentRewardsAt(h, 0)).toEqual([{ id: "a", mean: null, low: null, high: null, n: 0 }]);
+    expect(formatInterval(recentRewardsAt(h, 0)[0])).toBe("—");
+  });
+
+  it("says the population cannot tell its members apart while their intervals overlap the best's", () => {
+    const verdict = resolution([reward("a", 0.2, 0.1, 0.3), reward("b", 0.15, 0.05, 0.25)], "a");
+    expect(verdict.kind).toBe("none");
+    expect(verdict.tied).toEqual(["b"]);
+    expect(verdict.text).toMatch(/cannot yet tell its instructions apart/);
+  });
+
+  it("says which members it can tell from the best once their intervals lie below", () => {
+    const rewards = [reward("a", 0.5, 0.4, 0.6), reward("b", 0.2, 0.1, 0.3), reward("c", 0.45, 0.3, 0.6)];
+    const some = resolution(rewards, "a");
+    expect([some.kind, some.below, some.tied]).toEqual(["some", ["b"], ["c"]]);
+    expect(some.text).toMatch(/can tell the best \(a\) from b/);
+    const all = resolution(rewards.slice(0, 2), "a");
+    expect(all.kind).toBe("all");
+    expect(all.text).toMatch(/can tell its instructions apart/);
+  });
+
+  it("cannot say anything with one member, or without the best's interval", () => {
+    expect(resolution([reward("a", 0.2, 0.1, 0.3)], "a").kind).toBe("single");
+    const unknown = resolution([reward("a", 0.2, null, null, 1), reward("b", 0.1, 0.0, 0.2)], "a");
+    expect([unknown.kind, unknown.tied]).toEqual(["unknown", ["b"]]);
   });
 });

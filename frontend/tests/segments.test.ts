@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { segmentResponse } from "../src/transforms/segments";
+import { givenLength, segmentResponse } from "../src/transforms/segments";
 
 describe("segmentResponse", () => {
   it("splits a full multi-turn trajectory into its tagged parts in order", () => {
@@ -52,5 +52,29 @@ describe("segmentResponse with text that changes length when lower-cased", () =>
       { kind: "answer", text: "İstanbul" },
       { kind: "text", text: "done" },
     ]);
+  });
+});
+
+describe("the text the preset opens every reply with (#45 item 1)", () => {
+  const prefix = "<think> I will search for what the question asks about. </think>\n<search>";
+  const response = `${prefix} capital of Peru </search>\n<information>Lima is the capital.</information>\n<answer> Lima </answer>`;
+
+  it("is as long as env.response_prefix when the reply opens with it, else nothing", () => {
+    expect(givenLength(response, prefix)).toBe(prefix.length);
+    expect(givenLength("<think> mine </think>", prefix)).toBe(0);
+    expect(givenLength(response, "")).toBe(0);
+  });
+
+  it("marks the parts that lie wholly in it as given, not the model's words that complete it", () => {
+    expect(segmentResponse(response, givenLength(response, prefix))).toEqual([
+      { kind: "think", text: "I will search for what the question asks about.", given: true },
+      { kind: "search", text: "capital of Peru" },
+      { kind: "information", text: "Lima is the capital." },
+      { kind: "answer", text: "Lima" },
+    ]);
+  });
+
+  it("marks nothing without a prefix", () => {
+    expect(segmentResponse(response).some((s) => s.given)).toBe(false);
   });
 });

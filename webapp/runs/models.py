@@ -209,6 +209,12 @@ class PopulationMember(models.Model):
     probability = models.FloatField()
     samples = models.IntegerField()
     mean_reward = models.FloatField(null=True, blank=True)
+    recent_reward = models.FloatField(
+        null=True, blank=True, help_text="The mean of its per-step mean rewards over the steps its weight counts."
+    )
+    recent_low = models.FloatField(null=True, blank=True, help_text="The 95 % interval of recent_reward.")
+    recent_high = models.FloatField(null=True, blank=True)
+    recent_samples = models.IntegerField(null=True, blank=True, help_text="The groups behind recent_reward.")
 
     class Meta:
         ordering = ("snapshot", "-weight")

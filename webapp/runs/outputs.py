@@ -11,11 +11,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inspo_engine.config import TRACKERS
+from inspo_engine.env.rewards import exact_match
 from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Heatmap, Run
-from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, SERIES_FIELDS, run_preset_diff
+from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, OUTCOME_SERIES, SERIES_FIELDS, run_preset_diff
 
 ConfigOutput = serializers.DictField
 """A whole engine config (inspo_engine.config.RunConfig.to_dict()): sections of fields."""
@@ -238,6 +239,13 @@ class MetricSeriesOutputSerializer(serializers.Serializer[Any]):
 
 
 class PopulationOutputSerializer(serializers.Serializer[Any]):
+        for name in OUTCOME_SERIES:
+            fields[name] = _column(
+                serializers.FloatField(allow_null=True),
+                "Its value at each step (em: share of exact-match answers; well_formed: share of well-formed replies; "
+                "reward_format, reward_correct: the mean reward's format and correctness parts); null at steps "
+                "recorded before it was kept.",
+            )
     """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
     and per instruction its statistics as arrays over the snapshots it spans. It documents the answer in the schema;
     the view sends the selector's columns as they are, because passing thousands of numbers through a field each
@@ -257,12 +265,19 @@ class PopulationOutputSerializer(serializers.Serializer[Any]):
         )
         weight = _column(serializers.FloatField(allow_null=True), "Its weight; null where it was not a member.")
         probability = _column(serializers.FloatField(allow_null=True), "Its sampling probability.")
-        samples = _column(serializers.IntegerField(allow_null=True), "Rollouts that used it so far.")
+        samples = _column(serializers.IntegerField(allow_null=True), "Questions it was sampled for in that step.")
         mean_reward = _column(serializers.FloatField(allow_null=True), "Their mean reward.")
 
     snapshots = Snapshots()
     instructions = InstructionColumns(many=True, help_text="In order of first membership.")
 
+        recent_reward = _column(
+            serializers.FloatField(allow_null=True),
+            "The mean of its per-step mean rewards over the steps its weight counts; null in runs recorded before.",
+        )
+        recent_low = _column(serializers.FloatField(allow_null=True), "Its 95 % interval's lower end.")
+        recent_high = _column(serializers.FloatField(allow_null=True), "Its 95 % interval's upper end.")
+        recent_samples = _column(serializers.IntegerField(allow_null=True), "The questions behind it.")
 
 class LineageNodeOutputSerializer(serializers.Serializer[Any]):
     id = serializers.CharField(help_text="The engine's id, e.g. ins-0003.")
@@ -390,9 +405,16 @@ class TrajectoryOutputSerializer(serializers.Serializer[Any]):
     response_tokens = serializers.IntegerField()
     error = serializers.CharField(allow_null=True)
 
+    correct = serializers.SerializerMethodField(
+        help_text="Whether the answer is an exact match of a gold answer: a reward above 0 may be format credit only."
+    )
 
 class TrajectoryPageOutputSerializer(serializers.Serializer[Any]):
     """`selectors.run_trajectories`."""
+
+    @extend_schema_field(serializers.BooleanField())
+    def get_correct(self, trajectory: dict[str, Any]) -> bool:
+        return bool(exact_match(trajectory.get("answer"), trajectory.get("golden_answers") or []))
 
     step = serializers.IntegerField(allow_null=True, help_text="null: the run has no trajectories yet.")
     trajectories = TrajectoryOutputSerializer(many=True)

@@ -386,6 +386,10 @@ class DatabaseSink:
                 entropy=_finite(event.entropy) or 0.0,
                 entropy_normalised=_finite(event.entropy_normalised),
                 time=_when(event),
+                recent_reward=_finite(m.recent_reward),
+                recent_low=_finite(m.recent_low),
+                recent_high=_finite(m.recent_high),
+                recent_samples=m.recent_samples,
             )
         )
 

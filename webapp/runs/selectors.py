@@ -56,6 +56,10 @@ SERIES_FIELDS = (
 
 RUN_ORDERINGS = ("created_at", "-created_at", "name", "-name", "status", "-status", "step", "-step")
 COMPARE_SERIES = ("reward_mean", "tool_calls_mean", "response_length_mean", "instruction_length_mean")
+OUTCOME_SERIES = ("em", "well_formed", "reward_format", "reward_correct")
+"""Per step, from the engine's step metrics: the share of exact-match answers, of well-formed replies, and the mean
+reward's format and correctness parts (null at steps recorded before the engine kept them)."""
+
 MAX_COMPARED_RUNS = 12
 BENCHMARK_METRICS = ("em", "f1")
 """The metrics stored per benchmark: training evaluations store em, requested evaluations em and f1."""
@@ -139,7 +143,9 @@ def _step_columns(run: Run, names: tuple[str, ...]) -> dict[str, list[Any]]:
 
 def run_metric_series(*, run: Run) -> dict[str, Any]:
     """Column-wise series, one value per stored step: `{"step": [...], "reward_mean": [...], "timings": {...}}`."""
-    series: dict[str, Any] = _step_columns(run, ("step", "phase", *SERIES_FIELDS, "timings"))
+    series: dict[str, Any] = _step_columns(run, ("step", "phase", *SERIES_FIELDS, "timings", "metrics"))
+    metrics: list[dict[str, float]] = series.pop("metrics")
+    series.update({name: [step.get(name) for step in metrics] for name in OUTCOME_SERIES})
     timings: list[dict[str, float]] = series.pop("timings")
     timing_names = sorted({name for step in timings for name in step})
     series["timings"] = {name: [step.get(name) for step in timings] for name in timing_names}
@@ -172,7 +178,16 @@ def run_population_history(*, run: Run) -> list[dict[str, Any]]:
     ]
 
 
-POPULATION_FIELDS = ("weight", "probability", "samples", "mean_reward")
+POPULATION_FIELDS = (
+    "weight",
+    "probability",
+    "samples",
+    "mean_reward",
+    "recent_reward",
+    "recent_low",
+    "recent_high",
+    "recent_samples",
+)
 
 
 def run_cache_key(*, run: Run, name: str) -> str | None:
@@ -188,8 +203,8 @@ def run_cache_key(*, run: Run, name: str) -> str | None:
 def run_population_columns(*, run: Run) -> dict[str, Any]:
     """The population history column-wise, as the dashboards draw it: `snapshots` holds one array per snapshot
     field (step, reason, best_id, time), in step order; `instructions` one entry per instruction that was ever a
-    member, in order of first membership, whose `weight`, `probability`, `samples` and `mean_reward` arrays run over
-    the snapshots from index `start` to its last membership, null where it was not a member in between."""
+    member, in order of first membership, whose arrays (`POPULATION_FIELDS`) run over the snapshots from index
+    `start` to its last membership, null where it was not a member in between."""
     snapshots = list(
         PopulationSnapshot.objects.filter(run=run)
         .order_by("step", "id")
@@ -201,7 +216,7 @@ def run_population_columns(*, run: Run) -> dict[str, Any]:
     rows = (
         PopulationMember.objects.filter(snapshot__run=run)
         .order_by()  # placed by snapshot index below; the default ordering would sort through the run
-        .values_list("snapshot_id", "instruction_id", "weight", "probability", "samples", "mean_reward")
+        .values_list("snapshot_id", "instruction_id", *POPULATION_FIELDS)
     )
     for snapshot_id, instruction_id, *values in rows:
         members[keys[instruction_id]].append((index[snapshot_id], *values))

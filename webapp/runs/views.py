@@ -25,7 +25,7 @@ from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 from webapp.data.indexing import index_waits
 
-from . import heatmaps, selectors, services
+from . import heatmaps, learnt, selectors, services
 from .configs import PRESET_NAMES
 from .forms import (
     CONFIG_FIELDS,
@@ -205,6 +205,7 @@ def _detail_page(request: HttpRequest, run: Run, *, evaluate_form: EvaluateForm 
         "evaluation_requests": selectors.evaluation_request_list(run=run)[:20],
         "checkpoints": selectors.checkpoint_list(run=run),
         "notes": selectors.run_notes(run=run),
+        "learnt": learnt.run_learnt(run=run),
         "best": selectors.best_instruction(run=run),
         "clone_form": CloneForm(),
         "evaluate_form": evaluate_form or EvaluateForm(),

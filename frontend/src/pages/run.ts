@@ -5,7 +5,17 @@ import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
 import { formatValue } from "../transforms/configDiff";
 import { estimateEta, formatDuration, stepDurations } from "../transforms/eta";
-import { evolutionMarkers, lastPerStep, membersAt, populationShares, sameMembers } from "../transforms/population";
+import { rewardCaption } from "../transforms/outcomes";
+import {
+  evolutionMarkers,
+  formatInterval,
+  lastPerStep,
+  membersAt,
+  populationShares,
+  recentRewardsAt,
+  resolution,
+  sameMembers,
+} from "../transforms/population";
 import {
   ACTIVE_STATUSES,
   type BestInstruction,
@@ -60,6 +70,10 @@ export async function runPage(root: HTMLElement, api: Api): Promise<void> {
     charts.drawPopulation(populationShares(data.population), shareMode.value as ShareMode, maxStep);
     charts.drawEvolution(markers, maxStep);
     byTestId(root, "charts-empty").hidden = data.metrics.step.length > 0;
+    const caption = rewardCaption(data.metrics);
+    const captionElement = byTestId(root, "reward-caption");
+    captionElement.textContent = caption ?? "";
+    captionElement.hidden = caption === null;
   };
   const refresh = () => {
     renderStatus(root, data);
@@ -160,10 +174,11 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
   }
   const { step, reason, best_id: bestIds } = population.snapshots;
   const lineageUrl = (id: string) => `/runs/${run.id}/lineage/?node=${encodeURIComponent(id)}`;
-  const rows = membersAt(population, last).map((m) =>
+  const recent = recentRewardsAt(population, last);
+  const rows = membersAt(population, last).map((m, i) =>
     h(
       "tr",
-      {},
+      { "data-member": m.id },
       h(
         "td",
         {},
@@ -172,13 +187,16 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
       ),
       h("td", { class: "num", text: formatNumber(m.weight) }),
       h("td", { class: "num", text: formatNumber(m.probability) }),
-      h("td", { class: "num", text: String(m.samples) }),
-      h("td", { class: "num", text: formatNumber(m.mean_reward) }),
+      h("td", { class: "num", "data-testid": "member-recent", text: formatInterval(recent[i]) }),
+      h("td", { class: "num", "data-testid": "member-recent-n", text: String(recent[i].n) }),
+      h("td", { class: "num", text: `${formatNumber(m.mean_reward)} (${m.samples})` }),
     ),
   );
+  const verdict = resolution(recent, bestIds[last]);
   fill(
     container,
     h("p", { class: "muted", text: `After step ${step[last]} (${reason[last]}); ★ is the best.` }),
+    h("p", { "data-testid": "population-resolution", "data-kind": verdict.kind, text: verdict.text }),
     h(
       "div",
       { class: "table-wrap" },
@@ -191,14 +209,27 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
           h(
             "tr",
             {},
-            ...["Instruction", "Weight", "Sampling p", "Samples", "Mean reward"].map((t) =>
-              h("th", { scope: "col", text: t }),
-            ),
+            ...[
+              "Instruction",
+              "Weight",
+              "Sampling p",
+              "Recent reward [95 % interval]",
+              "Questions behind it",
+              "Last step: mean reward (questions)",
+            ].map((t) => h("th", { scope: "col", text: t })),
           ),
         ),
         h("tbody", {}, ...rows),
       ),
     ),
+    h("p", {
+      class: "muted",
+      text:
+        "Recent reward: the mean of the instruction's per-step mean rewards over the steps its weight counts (its " +
+        "weight, when the population is weighted), with a 95 % t interval over the questions behind it. Where the " +
+        "intervals overlap, the weights differ by noise; the statistics page of the documentation says how many " +
+        "questions per instruction resolve a given difference.",
+    }),
   );
 }
 

@@ -12,6 +12,7 @@ import {
   type PanelKey,
 } from "../charts";
 import { byTestId, escapeHtml } from "../dom";
+import { hasOutcomes, outcome } from "../transforms/outcomes";
 import { MARKER_KINDS, type Marker, type Shares } from "../transforms/population";
 import { ema, points } from "../transforms/smoothing";
 import type { MetricSeries } from "../types";
@@ -35,6 +36,7 @@ export class RunCharts {
   private readonly panels: Map<PanelKey, Chart>;
   private readonly population: Chart;
   private readonly evolution: Chart;
+  private readonly outcomes: Chart;
 
   constructor(root: HTMLElement) {
     this.panels = new Map(
@@ -42,7 +44,11 @@ export class RunCharts {
     );
     this.population = createChart(byTestId(root, "chart-population"), "Share of each instruction per step");
     this.evolution = createChart(byTestId(root, "chart-evolution"), "Evolution events per step");
-    linkCharts([...this.panels.values(), this.evolution], "run-steps");
+    this.outcomes = createChart(
+      byTestId(root, "chart-outcomes"),
+      "Share of exact-match answers and of well-formed replies per step",
+    );
+    linkCharts([...this.panels.values(), this.outcomes, this.evolution], "run-steps");
   }
 
   /** Draws the panels: the smoothed curve on top, the raw one faint behind it, merges as dashed step lines. */
@@ -80,10 +86,42 @@ export class RunCharts {
             : undefined,
         },
       ];
-      (this.panels.get(key) as Chart).setOption(linePanel(title, series, { xAxis: stepAxis(maxStep) }), {
-        notMerge: true,
-      });
+      // The reward's two parts (what the rollouts earned for their form, and for right answers), smoothed alike.
+      const parts = key === "reward_mean" && hasOutcomes(metrics) ? rewardParts(metrics, smoothing) : [];
+      (this.panels.get(key) as Chart).setOption(
+        linePanel(title, [...series, ...parts], {
+          xAxis: stepAxis(maxStep),
+          ...(parts.length ? { legend: { bottom: 0, data: ["format part", "correctness part"] } } : {}),
+          ...(parts.length ? { grid: { left: 48, right: 12, top: 32, bottom: 48 } } : {}),
+        }),
+        { notMerge: true },
+      );
     }
+    this.drawOutcomes(metrics, smoothing, maxStep);
+  }
+
+  /** Training exact match and the well-formed share per step, on [0, 1]; empty for runs recorded before them. */
+  private drawOutcomes(metrics: MetricSeries, smoothing: number, maxStep: number): void {
+    const lines = [
+      { key: "em" as const, name: "exact match", color: "#009E73" },
+      { key: "well_formed" as const, name: "well-formed", color: "#999999" },
+    ].map(({ key, name, color }) => ({
+      name,
+      type: "line",
+      data: points(metrics.step, ema(outcome(metrics, key), smoothing)),
+      showSymbol: metrics.step.length === 1,
+      lineStyle: { width: 2 },
+      itemStyle: { color },
+    }));
+    this.outcomes.setOption(
+      linePanel("Training exact match and well-formed share", hasOutcomes(metrics) ? lines : [], {
+        grid: { left: 48, right: 12, top: 32, bottom: 48 },
+        legend: { bottom: 0 },
+        xAxis: stepAxis(maxStep),
+        yAxis: { type: "value", min: 0, max: 1, splitNumber: 4, axisLabel: numberLabels },
+      }),
+      { notMerge: true },
+    );
   }
 
   drawPopulation(shares: Shares, mode: ShareMode, maxStep: number): void {
@@ -141,6 +179,21 @@ export class RunCharts {
       { notMerge: true },
     );
   }
+}
+
+/** The reward panel's format and correctness parts: dashed, smoothed as the reward is. */
+function rewardParts(metrics: MetricSeries, smoothing: number): object[] {
+  return [
+    { key: "reward_format" as const, name: "format part", color: "#999999" },
+    { key: "reward_correct" as const, name: "correctness part", color: "#009E73" },
+  ].map(({ key, name, color }) => ({
+    name,
+    type: "line",
+    data: points(metrics.step, ema(outcome(metrics, key), smoothing)),
+    showSymbol: metrics.step.length === 1,
+    lineStyle: { width: 1.5, type: "dashed" },
+    itemStyle: { color },
+  }));
 }
 
 /** The same step range on every chart, from 0 to the run's planned length, so a live run grows to the right. */

@@ -8,6 +8,7 @@ import { renderResponse } from "./response";
 
 export async function trajectoriesPage(root: HTMLElement, api: Api): Promise<void> {
   const runId = root.dataset.runId as string;
+  const prefix = root.dataset.responsePrefix ?? "";
   const stepPicker = byTestId<HTMLSelectElement>(root, "step-picker");
   const instructionFilter = byTestId<HTMLSelectElement>(root, "instruction-filter");
   const outcomeFilter = byTestId<HTMLSelectElement>(root, "outcome-filter");
@@ -24,7 +25,7 @@ export async function trajectoriesPage(root: HTMLElement, api: Api): Promise<voi
       page.step === null
         ? "No trajectories stored yet."
         : `${shown.length} of ${page.trajectories.length} rollouts sampled at step ${page.step}.`;
-    fill(list, ...shown.map(card));
+    fill(list, ...shown.map((t) => card(t, prefix)));
   };
   const load = async (step: string) => {
     const params = new URLSearchParams(step ? { step } : {});
@@ -60,19 +61,21 @@ export async function trajectoriesPage(root: HTMLElement, api: Api): Promise<voi
   await load(stepPicker.value);
 }
 
-function card(t: Trajectory): HTMLElement {
-  const solved = t.reward > 0;
+function card(t: Trajectory, prefix: string): HTMLElement {
+  // Green only for a right answer: a reward above 0 with a wrong answer is the format's credit (amber).
+  const outcome = t.correct ? "solved" : t.reward > 0 ? "partial" : "failed";
+  const rewardClass = { solved: "reward-good", partial: "reward-partial", failed: "reward-bad" }[outcome];
   return h(
     "article",
-    { class: `trajectory ${solved ? "solved" : "failed"}`, "data-testid": "trajectory-card" },
+    { class: `trajectory ${outcome}`, "data-testid": "trajectory-card" },
     h("h3", { text: t.question }),
     h(
       "p",
       { class: "facts-line" },
       h("span", {
-        class: `reward ${solved ? "reward-good" : "reward-bad"}`,
+        class: `reward ${rewardClass}`,
         "data-testid": "trajectory-reward",
-        text: `reward ${t.reward}`,
+        text: `reward ${t.reward}${outcome === "partial" ? " (format credit: the answer is not right)" : ""}`,
       }),
       " · gold ",
       h("span", { class: "gold", "data-testid": "trajectory-gold", text: t.golden_answers.join(" / ") || "—" }),
@@ -81,7 +84,7 @@ function card(t: Trajectory): HTMLElement {
       ` · ${t.tool_calls} ${t.tool_calls === 1 ? "search" : "searches"} · ${t.response_tokens} tokens · instruction `,
       h("code", { text: t.instruction_id ?? "—" }),
     ),
-    renderResponse(t.response),
+    renderResponse(t.response, prefix),
     t.error ? h("p", { class: "error", text: t.error }) : null,
   );
 }

@@ -13,11 +13,20 @@ export interface Shares {
   probability: Record<string, number[]>;
 }
 
-type Statistic = "weight" | "probability" | "samples" | "mean_reward";
+type Statistic =
+  | "weight"
+  | "probability"
+  | "samples"
+  | "mean_reward"
+  | "recent_reward"
+  | "recent_low"
+  | "recent_high"
+  | "recent_samples";
 
 /** An instruction's statistic at snapshot `index`; null where it was not a member. */
 function valueAt(instruction: InstructionColumns, statistic: Statistic, index: number): number | null {
-  return instruction[statistic][index - instruction.start] ?? null;
+  // Optional chaining: a population cached before a statistic was sent has no array for it.
+  return instruction[statistic]?.[index - instruction.start] ?? null;
 }
 
 /** Indexes of the snapshots that end each step: of several at one step (step, pruned, evolved) the last, in step
@@ -43,6 +52,102 @@ export function membersAt(history: PopulationHistory, index: number): Member[] {
     });
   }
   return members.sort((a, b) => b.weight - a.weight || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** What the engine says of a member's recent reward (the mean of its per-step mean rewards over the steps its weight
+ * counts): its 95 % interval (null with fewer than two questions behind it, and in runs recorded before intervals were
+ * kept) and the questions behind it. */
+export interface RecentReward {
+  id: string;
+  mean: number | null;
+  low: number | null;
+  high: number | null;
+  n: number;
+}
+
+/** Each member's recent reward at snapshot `index`, in `membersAt`'s order. */
+export function recentRewardsAt(history: PopulationHistory, index: number): RecentReward[] {
+  const byId = new Map(history.instructions.map((instruction) => [instruction.id, instruction]));
+  return membersAt(history, index).map(({ id }) => {
+    const instruction = byId.get(id) as InstructionColumns;
+    return {
+      id,
+      mean: valueAt(instruction, "recent_reward", index),
+      low: valueAt(instruction, "recent_low", index),
+      high: valueAt(instruction, "recent_high", index),
+      n: valueAt(instruction, "recent_samples", index) ?? 0,
+    };
+  });
+}
+
+/** "0.200 [0.050, 0.350]", or the mean alone where there is no interval. */
+export function formatInterval(reward: RecentReward, digits = 3): string {
+  if (reward.mean === null) return "—";
+  const mean = reward.mean.toFixed(digits);
+  if (reward.low === null || reward.high === null) return mean;
+  return `${mean} [${reward.low.toFixed(digits)}, ${reward.high.toFixed(digits)}]`;
+}
+
+export interface Resolution {
+  /** "single": one member; "unknown": the best has no interval; "none": every other member's interval overlaps the
+   * best's; "some": some lie wholly below it; "all": every other one does. */
+  kind: "single" | "unknown" | "none" | "some" | "all";
+  /** Members the population cannot tell from the best (their intervals overlap its, or they have none). */
+  tied: string[];
+  /** Members whose intervals lie wholly below the best's. */
+  below: string[];
+  text: string;
+}
+
+/** Whether the population can tell its best member from the others: a member is told apart when its 95 % interval
+ * lies wholly below the best's (no overlap), a stricter rule than a test of their difference at 95 %
+ * (docs/statistics.md says how many questions it takes). */
+export function resolution(rewards: readonly RecentReward[], bestId: string | null): Resolution {
+  const best = rewards.find((r) => r.id === bestId);
+  const others = rewards.filter((r) => r.id !== bestId);
+  if (best === undefined || others.length === 0) {
+    return { kind: "single", tied: [], below: [], text: "One instruction: there is nothing to tell apart." };
+  }
+  if (best.low === null || best.high === null) {
+    return {
+      kind: "unknown",
+      tied: others.map((r) => r.id),
+      below: [],
+      text:
+        `Too few questions behind the best instruction's reward (${best.n}) to say how sure it is: the ` +
+        "population cannot yet tell its instructions apart.",
+    };
+  }
+  const below = others.filter((r) => r.high !== null && r.high < (best.low as number)).map((r) => r.id);
+  const tied = others.map((r) => r.id).filter((id) => !below.includes(id));
+  const named = (ids: string[]) => ids.join(", ");
+  if (below.length === 0) {
+    return {
+      kind: "none",
+      tied,
+      below,
+      text:
+        `The population cannot yet tell its instructions apart: every other member's 95 % interval overlaps the ` +
+        `best's (${best.id}, over ${best.n} questions), so their weights differ within the noise of that many ` +
+        "samples.",
+    };
+  }
+  if (tied.length === 0) {
+    return {
+      kind: "all",
+      tied,
+      below,
+      text: `The population can tell its instructions apart: every other member's 95 % interval lies below the best's (${best.id}).`,
+    };
+  }
+  return {
+    kind: "some",
+    tied,
+    below,
+    text:
+      `The population can tell the best (${best.id}) from ${named(below)}, whose 95 % intervals lie below its; ` +
+      `not yet from ${named(tied)}, whose intervals overlap its.`,
+  };
 }
 
 /** How many instructions were members of each snapshot. */

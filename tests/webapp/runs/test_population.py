@@ -19,6 +19,11 @@ pytestmark = pytest.mark.django_db
 TIME = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
+def recent_none(n):
+    """The recent-reward columns of members recorded without them (runs from before they were kept)."""
+    return {name: [None] * n for name in ("recent_reward", "recent_low", "recent_high", "recent_samples")}
+
+
 def population_url(run):
     return f"/api/v1/runs/{run.pk}/population/"
 
@@ -67,6 +72,7 @@ def test_it_serves_one_array_per_instruction_over_the_snapshots_it_spans(alice, 
                 "probability": [0.3, 0.25, 0.25, 0.25, 0.2],
                 "samples": [0, 11, 20, 20, 30],
                 "mean_reward": [None, 0.25, 0.25, 0.25, 0.25],
+                **recent_none(5),
             },
             {
                 "id": "ins-b",
@@ -75,8 +81,17 @@ def test_it_serves_one_array_per_instruction_over_the_snapshots_it_spans(alice, 
                 "probability": [0.2, 0.35, None, None, 0.15],
                 "samples": [1, 10, None, None, 31],
                 "mean_reward": [None, 0.25, None, None, 0.25],
+                **recent_none(5),
             },
-            {"id": "ins-c", "start": 3, "weight": [0.8], "probability": [0.4], "samples": [21], "mean_reward": [0.25]},
+            {
+                "id": "ins-c",
+                "start": 3,
+                "weight": [0.8],
+                "probability": [0.4],
+                "samples": [21],
+                "mean_reward": [0.25],
+                **recent_none(1),
+            },
         ],
     }
 
@@ -157,7 +172,18 @@ def test_the_schema_documents_the_column_wise_shape(alice, api):
     assert set(components[name]["properties"]) == {"snapshots", "instructions"}
     instruction = components[name]["properties"]["instructions"]["items"]["$ref"].rsplit("/", 1)[-1]
     columns = components[instruction]["properties"]
-    assert set(columns) == {"id", "start", "weight", "probability", "samples", "mean_reward"}
+    assert set(columns) == {
+        "id",
+        "start",
+        "weight",
+        "probability",
+        "samples",
+        "mean_reward",
+        "recent_reward",
+        "recent_low",
+        "recent_high",
+        "recent_samples",
+    }
     assert columns["weight"]["type"] == "array" and columns["weight"]["items"]["nullable"] is True
 
 
@@ -169,3 +195,30 @@ def test_the_output_serializer_reproduces_the_columns_unchanged(alice_team):
     columns = selectors.run_population_columns(run=run)
     render = JSONRenderer().render
     assert render(PopulationOutputSerializer(columns).data) == render(columns)
+
+
+def test_each_members_recent_reward_interval_and_questions_are_recorded_and_served(alice, alice_team, api):
+    from inspo_engine.events import InstructionAdded, InstructionInfo, MemberStats, PopulationChanged
+    from webapp.runs.recorder import DatabaseSink
+
+    run = RunFactory(team=alice_team, status=Run.Status.RUNNING)
+    sink = DatabaseSink(run.pk)
+    for key in ("ins-0000", "ins-0001"):
+        sink.emit(InstructionAdded(step=0, instruction=InstructionInfo(key, f"text {key}", "seed", None, 0)))
+    members = [
+        MemberStats(
+            "ins-0000", 0.3, 0.6, 2, 0.25, recent_reward=0.3, recent_low=0.1, recent_high=0.5, recent_samples=6
+        ),
+        MemberStats("ins-0001", 0.2, 0.4, 1, 0.2, recent_reward=0.2, recent_samples=1),  # one question: no interval
+    ]
+    sink.emit(PopulationChanged(step=3, reason="step", members=members, best_id="ins-0000"))
+    sink.flush()
+    columns = {c["id"]: c for c in api(alice).get(population_url(run)).json()["instructions"]}
+    best, other = columns["ins-0000"], columns["ins-0001"]
+    assert (best["recent_reward"], best["recent_low"], best["recent_high"], best["recent_samples"]) == (
+        [0.3],
+        [0.1],
+        [0.5],
+        [6],
+    )
+    assert (other["recent_low"], other["recent_high"], other["recent_samples"]) == ([None], [None], [1])
