@@ -19,8 +19,8 @@ from inspo_engine.config import RunConfig
 from inspo_engine.evaluate import Answerer, checkpoint_best, evaluate_checkpoint
 from webapp.runs import lifecycle
 from webapp.runs.endpoints import net_policy
-from webapp.runs.models import Evaluation, EvaluationRequest, Instruction
-from webapp.runs.selectors import BENCHMARK_METRICS
+from webapp.runs.models import Evaluation, EvaluationRequest
+from webapp.runs.selectors import BENCHMARK_METRICS, evaluation_request_for_worker, instruction_by_key
 
 from .inputs import local_benchmarks, stored_config
 from .liveness import Watchdog
@@ -40,7 +40,7 @@ def evaluation_execute(*, request_id: int, worker: str = "", answerer: AnswererF
     claim = lifecycle.evaluation_claim(request_id=request_id, worker=worker)
     if claim is None:
         return "skipped"
-    request = EvaluationRequest.objects.select_related("run__team", "checkpoint").get(pk=request_id)
+    request = evaluation_request_for_worker(request_id=request_id)
     watchdog = Watchdog(
         claim, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S, stage="evaluate"
     )
@@ -58,7 +58,7 @@ def _evaluate(request: EvaluationRequest, make: AnswererFactory) -> list[Evaluat
     benchmarks, names = local_benchmarks(request.run, list(request.benchmarks))
     checkpoint_dir = Path(request.checkpoint.path)
     best = checkpoint_best(checkpoint_dir, config)
-    instruction = Instruction.objects.filter(run=request.run, key=best.id).first()
+    instruction = instruction_by_key(run=request.run, key=best.id)
     policy = make(config, checkpoint_dir / POLICY_DIR)
     rows: list[Evaluation] = []
     for result in evaluate_checkpoint(policy, best.text, benchmarks, limit=request.limit):

@@ -22,7 +22,7 @@ from inspo_engine.env.rewards import exact_match, f1
 from inspo_engine.evaluate import Answerer, CellResult, evaluate_grid
 from webapp.runs import lifecycle
 from webapp.runs.models import Heatmap, HeatmapCell
-from webapp.runs.selectors import run_directory
+from webapp.runs.selectors import heatmap_cells_for_worker, heatmap_for_worker, run_directory
 
 from .evaluation import AnswererFactory, torch_answerer
 from .inputs import local_benchmarks, stored_config
@@ -42,7 +42,7 @@ def heatmap_execute(*, heatmap_id: int, worker: str = "", answerer: AnswererFact
     claim = lifecycle.heatmap_claim(heatmap_id=heatmap_id, worker=worker)
     if claim is None:
         return "skipped"
-    heatmap = Heatmap.objects.select_related("run__team").get(pk=heatmap_id)
+    heatmap = heatmap_for_worker(heatmap_id=heatmap_id)
     watchdog = Watchdog(
         claim, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S, stage="heatmap"
     )
@@ -62,7 +62,7 @@ def _evaluate(claim: lifecycle.HeatmapClaim, heatmap: Heatmap, make: AnswererFac
         raise ValueError(f"{heatmap.benchmark}: no test questions to answer")
     if not lifecycle.heatmap_sample(claim, [q.id for q in questions]):
         return "superseded"
-    cells = list(heatmap.cells.select_related("instruction", "checkpoint").defer("trajectories"))
+    cells = heatmap_cells_for_worker(heatmap=heatmap)
     pairs = {(cell.instruction.key, cell.checkpoint.step): cell for cell in cells}
     instructions = {cell.instruction.key: cell.instruction.text for cell in sorted(cells, key=lambda c: c.row)}
     policies = {cell.checkpoint.step: _policy_dir(heatmap, cell) for cell in cells}

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 from django.conf import settings
-from django.utils import timezone
 
 from inspo_engine.env.datasets import load_corpus
 from inspo_engine.env.retrievers import build_retriever
-from webapp.data.indexing import index_job_release
+from webapp.data.indexing import index_job_claim, index_job_end, index_job_progress, index_job_release
 from webapp.data.models import IndexJob
 from webapp.data.references import version_file
 
@@ -27,10 +26,9 @@ class IndexCancelled(Exception):
 
 def index_execute(*, job_id: int) -> str:
     """Build the job's index once ('skipped' when another worker or a cancel got to it first)."""
-    claimed = IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.QUEUED)
-    if not claimed.update(status=IndexJob.Status.RUNNING, started_at=timezone.now()):
+    job = index_job_claim(job_id=job_id)
+    if job is None:
         return "skipped"
-    job = IndexJob.objects.select_related("version__dataset").get(pk=job_id)
     try:
         _build(job)
     except IndexCancelled:
@@ -38,14 +36,10 @@ def index_execute(*, job_id: int) -> str:
         status = "cancelled"
     except Exception as error:
         log.exception("index job %s failed", job_id)
-        IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(
-            status=IndexJob.Status.FAILED, error=f"{type(error).__name__}: {error}"[:2000], finished_at=timezone.now()
-        )
+        index_job_end(job_id=job_id, error=f"{type(error).__name__}: {error}")
         status = "failed"
     else:
-        IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(
-            status=IndexJob.Status.DONE, finished_at=timezone.now()
-        )
+        index_job_end(job_id=job_id)
         status = "done"
     index_job_release(job_id)
     return status
@@ -54,14 +48,14 @@ def index_execute(*, job_id: int) -> str:
 def _build(job: IndexJob) -> None:
     cache = Path(settings.INSPO_CACHE_DIR)
     passages = load_corpus(str(version_file(job.version, cache)))
-    IndexJob.objects.filter(pk=job.pk).update(passages_total=len(passages))
+    if not index_job_progress(job_id=job.pk, done=0, total=len(passages)):
+        raise IndexCancelled
     started = time.monotonic()
 
     def progress(done: int, total: int) -> None:
         rate = done / max(time.monotonic() - started, 1e-6)
-        running = IndexJob.objects.filter(pk=job.pk, status=IndexJob.Status.RUNNING)
-        if not running.update(passages_done=done, passages_total=total, rate=rate):
+        if not index_job_progress(job_id=job.pk, done=done, total=total, rate=rate):
             raise IndexCancelled
 
     build_retriever(job.method, passages, cache_dir=cache / "retrievers", progress=progress)
-    IndexJob.objects.filter(pk=job.pk).update(passages_done=len(passages))
+    index_job_progress(job_id=job.pk, done=len(passages), total=len(passages))

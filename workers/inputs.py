@@ -15,8 +15,9 @@ from webapp.runs.models import Run
 
 
 def stored_config(run: Run) -> tuple[RunConfig, dict[str, str]]:
-    """The run's config, confined and with its data local; the map from local paths to data references."""
-    config = config_confine(RunConfig.from_dict(run.config), team=run.team)
+    """The run's stored config admitted again, once (`config_confine`: data pinned, paths confined, built and
+    validated by the engine), with its data local; and the map from local paths to data references."""
+    config = config_confine(run.config, team=run.team).config
     return data_materialize(config, team=run.team, cache_dir=Path(settings.INSPO_CACHE_DIR))
 
 

@@ -27,6 +27,7 @@ from webapp.runs.endpoints import RunAccess, net_policy, run_access, tracking_ke
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
 from webapp.runs.models import Run
 from webapp.runs.recorder import DatabaseSink
+from webapp.runs.selectors import run_for_worker, run_queued
 
 from .control import ControlRelay, DatabaseControl
 from .inputs import stored_config
@@ -48,7 +49,7 @@ class StopCheck:
         self.reason: StopReason | None = None
 
     def __call__(self) -> bool:
-        status = self.attempt.held().values_list("status", flat=True).first()
+        status = self.attempt.status()
         if status is None:
             raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; it stops without writing")
         if shutdown_requested_at() is not None:
@@ -94,7 +95,7 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     """Train the run if it is still queued; returns the run's final status, 'skipped' when another worker (or a
     cancel) got to it first, or 'superseded' when this attempt lost the run while it trained. Idempotent: a
     second delivery of the same run changes nothing."""
-    waiting = Run.objects.select_related("team").filter(pk=run_id, status=Run.Status.QUEUED).first()
+    waiting = run_queued(run_id=run_id)
     job = run_index_wait(waiting) if waiting is not None else None
     if job is not None:
         log.info("run %s: waits for index job %s (%s of data:%s)", run_id, job.pk, job.method, job.version.dataset.name)
@@ -103,7 +104,7 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     if attempt is None:
         log.info("run %s: not queued any more; nothing to do", run_id)
         return "skipped"
-    run = Run.objects.select_related("resume_checkpoint", "team").get(pk=run_id)
+    run = run_for_worker(run_id=run_id)
     stop = StopCheck(attempt, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
     watchdog = Watchdog(attempt, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S)
     train = _train_verl if run.backend == "verl" and backend is None else _train

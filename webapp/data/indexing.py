@@ -11,7 +11,6 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from inspo_engine.config import RunConfig
 from webapp.accounts.models import Role, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
@@ -81,6 +80,32 @@ def index_job_cancel(*, job: IndexJob, user: User) -> IndexJob:
     return job
 
 
+def index_job_claim(*, job_id: int) -> IndexJob | None:
+    """Queued → running, once: the job with its corpus version, or None when another worker or a cancel got to it
+    first."""
+    claimed = IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.QUEUED)
+    if not claimed.update(status=IndexJob.Status.RUNNING, started_at=timezone.now()):
+        return None
+    return IndexJob.objects.select_related("version__dataset").get(pk=job_id)
+
+
+def index_job_progress(*, job_id: int, done: int, total: int, rate: float | None = None) -> bool:
+    """Record how far a running job is (passages done of `total`, and their rate); False once it is no longer
+    running (cancelled): the worker stops."""
+    values: dict[str, Any] = {"passages_done": done, "passages_total": total}
+    if rate is not None:
+        values["rate"] = rate
+    return bool(IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(**values))
+
+
+def index_job_end(*, job_id: int, error: str | None = None) -> None:
+    """A running job ends: done, or failed with `error`. One cancelled meanwhile stays cancelled."""
+    ended: dict[str, Any] = {"status": IndexJob.Status.DONE, "finished_at": timezone.now()}
+    if error is not None:
+        ended |= {"status": IndexJob.Status.FAILED, "error": error[:2000]}
+    IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(**ended)
+
+
 def index_job_release(job_id: int) -> int:
     """Send the tasks of the runs waiting for an ended job again; returns how many."""
     from webapp.runs import tasks  # the runs app's broker side
@@ -97,11 +122,11 @@ def run_index_wait(run: Any) -> IndexJob | None:
     """The index job a queued run must wait for: its corpus is uploaded data, its retriever builds an index, and no
     job has built it yet (one is started when none is under way). None: train now (the index is built, or its job
     failed or was cancelled, and the run builds it itself)."""
-    config = RunConfig.from_dict(run.config)
-    method = config.env.retriever
-    if method not in METHODS or not is_reference(config.env.corpus):
+    env = run.config.get("env") or {}  # the stored config, read as it is: the worker admits it after its claim
+    method, corpus = env.get("retriever"), env.get("corpus")
+    if method not in METHODS or not is_reference(corpus):
         return None
-    snapshot = data_snapshot(config.env.corpus, team=run.team, field="env.corpus", kind="corpus")
+    snapshot = data_snapshot(corpus, team=run.team, field="env.corpus", kind="corpus")
     version = snapshot.files["corpus"]
     ended = IndexJob.objects.filter(sha256=version.sha256, method=method).order_by("-created_at").first()
     if ended is not None and ended.status in IndexJob.ENDED:

@@ -11,14 +11,14 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db.models import Q
 
-from inspo_engine.config import RunConfig
+from inspo_engine.config import EnvConfig, EvalConfig, RunConfig
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 
@@ -31,7 +31,7 @@ QUESTION_FIELDS = ("env.dataset",)
 CORPUS_FIELDS = ("env.corpus",)
 
 
-def is_reference(value: object) -> bool:
+def is_reference(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 
@@ -93,24 +93,35 @@ def data_snapshot(value: str, *, team: Team, field: str, kind: str, split: str |
     return Snapshot(dataset, wanted, files)
 
 
-def _references(config: RunConfig) -> Iterator[tuple[str, str, str, str | None, int | None]]:
-    """(field, value, kind, split it needs, index in eval.benchmarks) of every data reference in the config."""
-    if is_reference(config.env.dataset):
-        yield "env.dataset", config.env.dataset, "questions", "train", None
-    if is_reference(config.env.corpus) and config.env.retriever != "remote":
-        yield "env.corpus", config.env.corpus, "corpus", None, None
-    for index, name in enumerate(config.eval.benchmarks):
+def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = data.get(name)
+    return section if isinstance(section, Mapping) else {}
+
+
+def _references(data: Mapping[str, Any]) -> Iterator[tuple[str, str, str, str | None, int | None]]:
+    """(field, value, kind, split it needs, index in eval.benchmarks) of every data reference in a config as data
+    (`RunConfig.to_dict()`, or one not built yet: a field left out takes its default, and a value of the wrong type
+    is no reference; the engine refuses it)."""
+    env, evaluation = _section(data, "env"), _section(data, "eval")
+    retriever = env.get("retriever", EnvConfig.retriever)
+    if is_reference(env.get("dataset")):
+        yield "env.dataset", env["dataset"], "questions", "train", None
+    if is_reference(env.get("corpus")) and retriever != "remote":
+        yield "env.corpus", env["corpus"], "corpus", None, None
+    split = evaluation.get("split", EvalConfig.split)
+    benchmarks = evaluation.get("benchmarks")
+    for index, name in enumerate(benchmarks if isinstance(benchmarks, list) else []):
         if is_reference(name):
-            yield "eval.benchmarks", name, "questions", config.eval.split, index
+            yield "eval.benchmarks", name, "questions", split if isinstance(split, str) else None, index
 
 
-def data_pin(config: RunConfig, *, team: Team) -> tuple[RunConfig, list[DatasetVersion]]:
-    """The config with every data reference pinned to its version, and the versions it uses; InvalidInput under
-    `config` naming each field whose reference is unknown, of the wrong kind, or lacks the split it needs."""
+def data_pin(data: Mapping[str, Any], *, team: Team) -> tuple[dict[str, Any], list[DatasetVersion]]:
+    """A config as data with every data reference pinned to its version, and the versions it uses; InvalidInput
+    under `config` naming each field whose reference is unknown, of the wrong kind, or lacks the split it needs."""
     errors: dict[str, list[str]] = {}
     pinned: dict[tuple[str, int | None], str] = {}
     versions: list[DatasetVersion] = []
-    for field, value, kind, split, index in _references(config):
+    for field, value, kind, split, index in _references(data):
         try:
             snapshot = data_snapshot(value, team=team, field=field, kind=kind, split=split)
         except InvalidInput as error:
@@ -121,7 +132,21 @@ def data_pin(config: RunConfig, *, team: Team) -> tuple[RunConfig, list[DatasetV
         versions += [v for v in snapshot.versions if split is None or v.split == split]
     if errors:
         raise InvalidInput(errors, key="config")
-    return _with_values(config, pinned), versions
+    return _data_with_values(data, pinned), versions
+
+
+def _data_with_values(data: Mapping[str, Any], values: dict[tuple[str, int | None], str]) -> dict[str, Any]:
+    """A copy of the config as data with these values at their (field, index in eval.benchmarks)."""
+    changed = dict(data)
+    for (field, index), value in values.items():
+        name, leaf = field.split(".")
+        section = changed[name] = dict(changed[name])
+        if index is None:
+            section[leaf] = value
+        else:
+            section[leaf] = list(section[leaf])
+            section[leaf][index] = value
+    return changed
 
 
 def _with_values(config: RunConfig, values: dict[tuple[str, int | None], str]) -> RunConfig:
@@ -134,21 +159,21 @@ def _with_values(config: RunConfig, values: dict[tuple[str, int | None], str]) -
     return dataclasses.replace(config, env=env, eval=dataclasses.replace(evaluation, benchmarks=benchmarks))
 
 
-def data_default_benchmarks(config: RunConfig, *, team: Team) -> RunConfig:
+def data_default_benchmarks(data: Mapping[str, Any], *, team: Team) -> dict[str, Any]:
     """A run that trains on a dataset with the evaluation's split (`test`) is evaluated on it too, first, unless it
-    already is: for a submission that chose no benchmarks of its own."""
-    if not is_reference(config.env.dataset):
-        return config
+    already is: for a submission (a config as data, not yet built) that chose no benchmarks of its own."""
+    env, evaluation = _section(data, "env"), _section(data, "eval")
+    dataset, split = env.get("dataset"), evaluation.get("split", EvalConfig.split)
+    benchmarks = evaluation.get("benchmarks", EvalConfig().benchmarks)
+    if not is_reference(dataset) or not isinstance(split, str) or not isinstance(benchmarks, list):
+        return dict(data)  # the engine names what is wrong
     try:
-        snapshot = data_snapshot(
-            config.env.dataset, team=team, field="env.dataset", kind="questions", split=config.eval.split
-        )
+        snapshot = data_snapshot(dataset, team=team, field="env.dataset", kind="questions", split=split)
     except InvalidInput:
-        return config  # no such split (or no such data: admission says so)
-    if config.env.dataset in config.eval.benchmarks or snapshot.reference in config.eval.benchmarks:
-        return config
-    benchmarks = [config.env.dataset, *config.eval.benchmarks]
-    return dataclasses.replace(config, eval=dataclasses.replace(config.eval, benchmarks=benchmarks))
+        return dict(data)  # no such split (or no such data: admission says so)
+    if dataset in benchmarks or snapshot.reference in benchmarks:
+        return dict(data)
+    return {**data, "eval": {**evaluation, "benchmarks": [dataset, *benchmarks]}}
 
 
 # -- on a worker -------------------------------------------------------------------------------------------------
@@ -163,7 +188,7 @@ def data_materialize(config: RunConfig, *, team: Team, cache_dir: Path) -> tuple
     those paths back to the references (what evaluations are named by)."""
     values: dict[tuple[str, int | None], str] = {}
     names: dict[str, str] = {}
-    for field, value, kind, _, index in _references(config):
+    for field, value, kind, _, index in _references(config.to_dict()):
         snapshot = data_snapshot(value, team=team, field=field, kind=kind)
         path = str(_local(snapshot, cache_dir))
         values[(field, index)], names[path] = path, snapshot.reference

@@ -1,7 +1,7 @@
 """Operations on experiments — submit, cancel — shared by pages and the API. An experiment is read and checked by
-the engine (`experiment_from_dict`); each arm's config then passes the same platform checks a run's does
-(`config_admit`: confinement to the team's data, what a run may reach), and its runs are submitted through the
-runs service, where those beyond the team's quota wait as pending."""
+the engine (`experiment_from_dict`); each run's config is then admitted once, as a run submission's is
+(`config_admit`: confinement to the team's data, what a run may reach), and its runs are stored through the runs
+service (`run_create`), where those beyond the team's quota wait as pending."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from inspo_engine.config import ConfigError, RunConfig, resolve_key
+from inspo_engine.config import ConfigError, resolve_key
 from inspo_engine.experiments import EXPERIMENT_FIELDS, arm_config, experiment_from_dict
 from inspo_engine.experiments import Experiment as EngineExperiment
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
-from webapp.runs.configs import config_admit, tracking_named
+from webapp.runs.configs import Admission, config_admit, tracking_named
 from webapp.runs.models import Run
-from webapp.runs.services import experiment_pending_check, run_cancel, run_submit
+from webapp.runs.services import experiment_pending_check, run_cancel, run_create
 
 from .models import Experiment, runs_over_limit
 
@@ -60,18 +60,22 @@ def _set_by(overrides: Mapping[str, Any], field: str) -> bool:
     return False
 
 
-def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tuple[str, int], RunConfig]:
-    """Each run's config, checked as a run submission checks it (the team's data, what a run may reach);
+def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tuple[str, int], Admission]:
+    """Each run's config admitted once, as a run submission's is (`config_admit`: the team's data, what a run may
+    reach, the optimizer calls of the experiment's earlier runs counted against an endpoint's daily budget);
     InvalidInput naming the field where it was set — `overrides.<field>` or `arms.<arm>.<field>`, the experiment's
     own field (`evaluation.benchmarks`) for one it sets, or `tracking.…` for the team's default trackers —
     otherwise. An arm whose overrides and the experiment's name no trackers gets the team's default, as a run
     submitted alone does."""
-    configs: dict[tuple[str, int], RunConfig] = {}
+    configs: dict[tuple[str, int], Admission] = {}
     errors: dict[str, list[str]] = {}
+    reserved: dict[str, int] = {}
     for arm, seed in experiment.runs():
         chosen = tracking_named(overrides=experiment.overrides) or tracking_named(overrides=experiment.arms[arm])
         try:
-            configs[(arm, seed)] = config_admit(arm_config(experiment, arm, seed), team=team, team_tracking=not chosen)
+            admission = config_admit(
+                team=team, base=arm_config(experiment, arm, seed), team_tracking=not chosen, reserved=reserved
+            )
         except InvalidInput as error:
             for field, messages in error.errors.items():
                 shared = _set_by(experiment.overrides, field) and not _set_by(experiment.arms[arm], field)
@@ -81,6 +85,11 @@ def experiment_configs(experiment: EngineExperiment, *, team: Team) -> dict[tupl
                 where = EXPERIMENT_FIELDS.get(field, where)
                 errors.setdefault(where, [])
                 errors[where] += [m for m in messages if m not in errors[where]]
+            continue
+        configs[(arm, seed)] = admission
+        endpoint = admission.config.optimizer.endpoint
+        if endpoint:
+            reserved[endpoint] = reserved.get(endpoint, 0) + admission.config.optimizer.max_calls
     if errors:
         raise InvalidInput(errors)
     return configs
@@ -120,12 +129,12 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
             evaluation=dataclasses.asdict(experiment.evaluation),
             baseline=experiment.baseline,
         )
-        for (arm, seed), config in configs.items():  # seed by seed: pending runs start whole seeds first
-            run_submit(
+        for (arm, seed), admission in configs.items():  # seed by seed: pending runs start whole seeds first
+            run_create(
                 team=team,
                 user=user,
                 name=f"{row.name} · {arm} · seed {seed}",
-                config=config,
+                admission=admission,
                 preset=experiment.preset,
                 experiment=row,
                 arm=arm,

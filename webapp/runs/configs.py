@@ -13,13 +13,14 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import ConfigError, FieldError, RunConfig, TrackingConfig, field_value, resolve_key
+from inspo_engine.config import ConfigError, FieldError, RunConfig, TrackingConfig, resolve_key
 from inspo_engine.models import SMOLLM2
 from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for
 from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
-from webapp.data.references import data_pin, data_snapshot, is_reference
+from webapp.data.models import DatasetVersion
+from webapp.data.references import data_default_benchmarks, data_pin, data_snapshot, is_reference
 
 from .endpoints import config_access_check
 
@@ -46,39 +47,54 @@ def _preset_check(name: str) -> None:
         raise InvalidInput({"preset": [f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}"]})
 
 
-def config_compose(
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """A config admitted as a run of a team: rewritten by the platform (data pinned, paths confined, the team's
+    default trackers, the optimizer endpoint named), then built and validated by the engine once; and the data
+    versions it names, which the run records."""
+
+    config: RunConfig
+    versions: list[DatasetVersion]
+
+
+def config_data(
     *,
     preset: str | None = None,
     base: RunConfig | Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
-) -> RunConfig:
-    """preset ⊕ base ⊕ overrides, merged as data and built and validated by the engine once. `base` is a partial
-    config merged over the preset section by section, or a whole RunConfig (the preset then adds nothing: it is
-    only checked); `overrides` name fields by dotted path (`grpo.lr`), the paper's name or a unique leaf name.
-    InvalidInput under `preset`, or under `config` keyed by field path."""
+) -> dict[str, Any]:
+    """preset ⊕ base ⊕ overrides, merged as data and not validated yet. `base` is a partial config merged over the
+    preset section by section, or a whole RunConfig (the preset then adds nothing: it is only checked);
+    `overrides` name fields by dotted path (`grpo.lr`), the paper's name or a unique leaf name. InvalidInput under
+    `preset`, or under `config` naming each override key that is no field."""
     if isinstance(base, RunConfig):
         if preset:
             _preset_check(preset)
-        if not overrides:
-            return _checked(base)
         data = base.to_dict()
     else:
         data = preset_dict(preset) if preset else {}
         _merge(data, dict(base or {}))
     try:
         _set_fields(data, overrides or {})
+    except ConfigError as error:
+        raise config_errors(error) from error
+    return data
+
+
+def config_compose(
+    *,
+    preset: str | None = None,
+    base: RunConfig | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> RunConfig:
+    """`config_data` built and validated by the engine, without any team's rules: what a preset is (the presets
+    API, the run form's defaults, a run's changes from its preset). A config that becomes a run is admitted by
+    `config_admit` instead. InvalidInput under `preset`, or under `config` keyed by field path."""
+    data = config_data(preset=preset, base=base, overrides=overrides)
+    try:
         return RunConfig.from_dict(data)
     except ConfigError as error:
         raise config_errors(error) from error
-
-
-def _checked(config: RunConfig) -> RunConfig:
-    """`config`, validated again (a RunConfig built in code may have been changed since)."""
-    try:
-        config.validate()
-    except ConfigError as error:
-        raise config_errors(error) from error
-    return config
 
 
 def _set_fields(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
@@ -108,21 +124,37 @@ def config_total_steps(config: RunConfig) -> int:
     return sum(phase.steps for phase in phases_for(config))
 
 
-def config_admit(config: RunConfig, *, team: Team, team_tracking: bool = False, existing: bool = True) -> RunConfig:
-    """The platform's rules for an engine-valid config that becomes a run of `team`, the same for a submission and
-    an import: a seed the database stores, file paths inside the team's data (rewritten to the resolved path) and,
-    with `existing` (a submission: its run will read them; an import's run read them long ago), there, and what the
-    run may reach (see `endpoints`). InvalidInput under `config` naming each field otherwise.
+def config_admit(
+    *,
+    team: Team,
+    preset: str | None = None,
+    base: RunConfig | Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    team_tracking: bool = False,
+    default_benchmarks: bool = False,
+    existing: bool = True,
+    reserved: Mapping[str, int] | None = None,
+) -> Admission:
+    """The one admission of a config that becomes a run of `team`: a submission, a clone, an experiment's run, an
+    import. Composed as data (`config_data`); with `team_tracking` (a submission that chose no trackers, see
+    `tracking_named`) the team's default tracking section in place of the run's, if the team has one; with
+    `default_benchmarks` (one that chose no benchmarks, see `benchmarks_named`) its training data's test split
+    evaluated too; then data pinned, file paths confined to the team's data and, with `existing` (a submission: its
+    run will read them; an import's run read them long ago), there, and the whole built and validated by the engine,
+    once (`config_confine`); last, what the run may reach (see `endpoints`; `reserved`: optimizer calls per endpoint
+    of runs admitted with this one and not stored yet, an experiment's).
 
-    With `team_tracking` (a submission that chose no trackers, see `tracking_named`), the run's tracking section is
-    first replaced by the team's default, if it has one, and checked as a run's own; its errors say so."""
-    if config.seed > MAX_SEED:
-        raise InvalidInput({"seed": [f"must be ≤ {MAX_SEED}"]}, key="config")
+    InvalidInput under `preset`, or under `config` naming each field; an error in a field the team's default set
+    says so."""
+    data = config_data(preset=preset, base=base, overrides=overrides)
     default = team_tracking_default(team) if team_tracking else {}
+    if default:
+        data["tracking"] = copy.deepcopy(default)
+    if default_benchmarks:
+        data = data_default_benchmarks(data, team=team)
     try:
-        if default:
-            config = _with_tracking(config, default)
-        return config_access_check(config_confine(config, team=team, existing=existing), team=team)
+        admitted = config_confine(data, team=team, existing=existing)
+        return dataclasses.replace(admitted, config=config_access_check(admitted.config, team=team, reserved=reserved))
     except InvalidInput as error:
         if default:
             raise _blamed_on_team_default(error) from error
@@ -183,14 +215,6 @@ def tracking_section(data: Mapping[str, Any]) -> TrackingConfig:
         for item in error.errors:
             errors.setdefault(item.field or "tracking", []).append(item.message)
         raise InvalidInput(errors) from error
-
-
-def _with_tracking(config: RunConfig, default: Mapping[str, Any]) -> RunConfig:
-    try:
-        tracking = tracking_section(default)
-    except InvalidInput as error:
-        raise InvalidInput(error.errors, key="config") from error
-    return _checked(dataclasses.replace(config, tracking=tracking))
 
 
 def _blamed_on_team_default(error: InvalidInput) -> InvalidInput:
@@ -265,42 +289,74 @@ def _exists(path: Path) -> bool:
         return False
 
 
-def config_confine(config: RunConfig, *, team: Team, existing: bool = False) -> RunConfig:
-    """The config with every data reference pinned to its version (`data:<name>@<n>`, see `webapp.data`) and every
-    path-like field resolved and confined to the team's data (see `confine_path`); InvalidInput under `config`
-    naming each field that names unknown data or points elsewhere, or with `existing` (a submission) a file that is
-    not there. A remote retriever reads no corpus, so its `env.corpus` need not exist."""
-    config, _ = data_pin(config, team=team)
-    confined: dict[str, Any] = {}
+def config_confine(data: Mapping[str, Any], *, team: Team, existing: bool = False) -> Admission:
+    """A config as data (a submission composed by `config_admit`, or a run's stored config on its worker) with every
+    data reference pinned to its version (`data:<name>@<n>`, see `webapp.data`) and every path-like field resolved
+    and confined to the team's data (see `confine_path`), then built and validated by the engine: once, after the
+    rewriting (a resolved path may break a bound that the name it replaces kept), with the seed bound of the
+    database. InvalidInput under `config` naming each field the engine refuses, that names unknown data or points
+    elsewhere, or with `existing` (a submission) a file that is not there. A remote retriever reads no corpus, so
+    its `env.corpus` need not exist."""
     errors: dict[str, list[str]] = {}
+    versions: list[DatasetVersion] = []
+    try:
+        data, versions = data_pin(data, team=team)
+    except InvalidInput as error:
+        _add_errors(errors, error.errors)
+    data = _paths_confined(data, team=team, existing=existing, errors=errors)
+    try:
+        config = RunConfig.from_dict(data)
+    except ConfigError as error:
+        _add_errors(errors, config_errors(error).errors)
+    else:
+        if config.seed > MAX_SEED:
+            errors.setdefault("seed", []).append(f"must be ≤ {MAX_SEED}")
+    if errors:
+        raise InvalidInput(errors, key="config")
+    return Admission(config, versions)
+
+
+def _add_errors(errors: dict[str, list[str]], more: Mapping[str, list[str]]) -> None:
+    for field, messages in more.items():
+        known = errors.setdefault(field, [])
+        known += [message for message in messages if message not in known]
+
+
+def _paths_confined(
+    data: Mapping[str, Any], *, team: Team, existing: bool, errors: dict[str, list[str]]
+) -> dict[str, Any]:
+    """A copy of the config as data with each path-like field confined (`confine_path`); the errors added to
+    `errors`. A field left out keeps its default (a name, no path) and a value of the wrong type is the engine's to
+    refuse."""
+    remote = _section(data, "env").get("retriever") == "remote"
+    confined: dict[str, Any] = {}
     for field, known in PATH_FIELDS.items():
-        value = field_value(config, field)
-        if value and not is_reference(value):
-            read = existing and not (field == "env.corpus" and config.env.retriever == "remote")
+        name, leaf = field.split(".")
+        value = _section(data, name).get(leaf)
+        if isinstance(value, str) and value and not is_reference(value):
+            read = existing and not (field == "env.corpus" and remote)
             try:
                 confined[field] = confine_path(field, value, team=team, known=known, existing=read)
             except InvalidInput as error:
-                errors |= error.errors
-    try:
-        confined["eval.benchmarks"] = benchmark_paths(
-            list(config.eval.benchmarks), team=team, field="eval.benchmarks", existing=existing
-        )
-    except InvalidInput as error:
-        errors |= error.errors
-    if errors:
-        raise InvalidInput(errors, key="config")
-    return _replaced(config, confined)
+                _add_errors(errors, error.errors)
+    benchmarks = _section(data, "eval").get("benchmarks")
+    if isinstance(benchmarks, list) and all(isinstance(name, str) for name in benchmarks):
+        try:
+            confined["eval.benchmarks"] = benchmark_paths(
+                benchmarks, team=team, field="eval.benchmarks", existing=existing
+            )
+        except InvalidInput as error:
+            _add_errors(errors, error.errors)
+    changed = dict(data)
+    for path, value in confined.items():
+        name, leaf = path.split(".")
+        changed[name] = {**changed[name], leaf: value}
+    return changed
 
 
-def _replaced(config: RunConfig, values: Mapping[str, Any]) -> RunConfig:
-    """`config` with the given `section.field` values, validated again by the engine (a resolved path may break a
-    bound that the name it replaces kept), without going through a dict."""
-    sections: dict[str, dict[str, Any]] = {}
-    for path, value in values.items():
-        section, leaf = path.split(".")
-        sections.setdefault(section, {})[leaf] = value
-    changed = {name: dataclasses.replace(getattr(config, name), **fields) for name, fields in sections.items()}
-    return _checked(dataclasses.replace(config, **changed))
+def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = data.get(name)
+    return section if isinstance(section, Mapping) else {}
 
 
 def benchmark_paths(names: list[str], *, team: Team, field: str = "benchmarks", existing: bool = True) -> list[str]:

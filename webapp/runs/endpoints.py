@@ -6,6 +6,7 @@ key for a base URL the run brings, and the host allow-list for every URL a user 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -91,13 +92,14 @@ def _endpoint_errors(config: RunConfig, name: str) -> tuple[dict[str, Any] | Non
     return endpoint, {}
 
 
-def _budget_errors(config: RunConfig, *, team: Team, name: str, budget: int | None) -> Errors:
-    """Optimizer calls reserved (each run's max_calls) by the team on this endpoint over the last 24 h."""
+def _budget_errors(config: RunConfig, *, team: Team, name: str, budget: int | None, pending: int = 0) -> Errors:
+    """Optimizer calls reserved (each run's max_calls) by the team on this endpoint over the last 24 h, and
+    `pending` more by runs admitted together with this one but not stored yet."""
     if budget is None:
         return {}
     since = timezone.now() - timedelta(days=1)
     reserved = Run.objects.filter(team=team, created_at__gte=since, config__optimizer__endpoint=name)
-    used = sum(int(calls or 0) for calls in reserved.values_list("config__optimizer__max_calls", flat=True))
+    used = pending + sum(int(calls or 0) for calls in reserved.values_list("config__optimizer__max_calls", flat=True))
     if used + config.optimizer.max_calls <= budget:
         return {}
     return {
@@ -123,10 +125,11 @@ def _team_key_errors(config: RunConfig, team: Team) -> Errors:
     return {}
 
 
-def config_access_check(config: RunConfig, *, team: Team) -> RunConfig:
+def config_access_check(config: RunConfig, *, team: Team, reserved: Mapping[str, int] | None = None) -> RunConfig:
     """At submission: URLs on the allow-list, and a keyed optimizer either on a named endpoint (the default one
-    when none is named; its models and the team's daily budget respected) or on its own URL with the team's own
-    key. Returns the config with the endpoint named; InvalidInput (under `config`) otherwise."""
+    when none is named; its models and the team's daily budget respected, counting the calls `reserved` on each
+    endpoint by runs admitted with this one and not stored yet) or on its own URL with the team's own key. Returns
+    the config with the endpoint named; InvalidInput (under `config`) otherwise."""
     errors = url_errors(config, net_policy()) | tracking_errors(config, team)
     if _keyed(config):
         if config.optimizer.base_url:
@@ -136,7 +139,9 @@ def config_access_check(config: RunConfig, *, team: Team) -> RunConfig:
             endpoint, problems = _endpoint_errors(config, name)
             errors |= problems
             if endpoint is not None:
-                errors |= _budget_errors(config, team=team, name=name, budget=endpoint["team_calls_per_day"])
+                budget = endpoint["team_calls_per_day"]
+                pending = (reserved or {}).get(name, 0)
+                errors |= _budget_errors(config, team=team, name=name, budget=budget, pending=pending)
                 config = dataclasses.replace(config, optimizer=dataclasses.replace(config.optimizer, endpoint=name))
     if errors:
         raise InvalidInput(errors, key="config")

@@ -130,7 +130,7 @@ def _config_read(root: Path, directory: Path, team: Team) -> RunConfig:
     except UnicodeDecodeError as error:
         raise ImportRefused(f"{directory / CONFIG_FILE} is not UTF-8 text: {error}") from error
     try:
-        return config_admit(config, team=team, existing=False)
+        return config_admit(team=team, base=config, existing=False).config
     except InvalidInput as error:
         refused = f"{directory / CONFIG_FILE} is refused, as a submission would be: {error.message}"
         raise ImportRefused(refused) from error

@@ -69,6 +69,10 @@ class Attempt:
     def current(self) -> bool:
         return self.held().exists()
 
+    def status(self) -> str | None:
+        """The run's status (running or cancelling) while this attempt holds it; None once it does not."""
+        return self.held().values_list("status", flat=True).first()
+
     def beat(self, *, stage: str, progress_at: datetime) -> bool:
         """Stamp the heartbeat and where the run stands; False once this attempt no longer holds the run."""
         return bool(self.held().update(heartbeat_at=timezone.now(), stage=stage[:64], progress_at=progress_at))

@@ -30,6 +30,8 @@ from .models import (
     Evaluation,
     EvaluationRequest,
     EvolutionRound,
+    Heatmap,
+    HeatmapCell,
     Instruction,
     PopulationAlarm,
     PopulationMember,
@@ -735,3 +737,36 @@ def team_tracking(*, team: Team) -> dict[str, Any] | None:
         return dataclasses.asdict(tracking_section(stored))
     except InvalidInput:
         return stored
+
+
+# -- what the workers read ---------------------------------------------------------------------------------------
+
+
+def run_queued(*, run_id: UUID | str) -> Run | None:
+    """The run with its team while it is queued (a worker looks before it claims it); None otherwise."""
+    return Run.objects.select_related("team").filter(pk=run_id, status=Run.Status.QUEUED).first()
+
+
+def run_for_worker(*, run_id: UUID | str) -> Run:
+    """A run its worker has claimed, with its team and the checkpoint it resumes from."""
+    return Run.objects.select_related("resume_checkpoint", "team").get(pk=run_id)
+
+
+def evaluation_request_for_worker(*, request_id: int) -> EvaluationRequest:
+    """An evaluation request its worker has claimed, with its run's team and its checkpoint."""
+    return EvaluationRequest.objects.select_related("run__team", "checkpoint").get(pk=request_id)
+
+
+def instruction_by_key(*, run: Run, key: str) -> Instruction | None:
+    """The run's instruction with this engine id (`ins-0003`), or None when the run has none."""
+    return Instruction.objects.filter(run=run, key=key).first()
+
+
+def heatmap_for_worker(*, heatmap_id: int) -> Heatmap:
+    """A heatmap its worker has claimed, with its run's team."""
+    return Heatmap.objects.select_related("run__team").get(pk=heatmap_id)
+
+
+def heatmap_cells_for_worker(*, heatmap: Heatmap) -> list[HeatmapCell]:
+    """The heatmap's cells with their instruction and checkpoint, without the answers stored so far."""
+    return list(heatmap.cells.select_related("instruction", "checkpoint").defer("trajectories"))

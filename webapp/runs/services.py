@@ -19,15 +19,14 @@ from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
-from webapp.data.references import data_default_benchmarks, data_pin
 from webapp.data.services import run_data_record
 
 from . import selectors, tasks
 from .configs import (
+    Admission,
     benchmark_paths,
     benchmarks_named,
     config_admit,
-    config_compose,
     config_total_steps,
     tracking_named,
     tracking_section,
@@ -114,35 +113,59 @@ def run_submit(
     config: RunConfig | Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
     tags: Sequence[str] = (),
+) -> Run:
+    """Compose the run's config, admit it once (the engine's validation and the platform's rules), and store it as
+    a queued run (`run_create`). Pages and the API hand it what they were given:
+
+    - `preset`: a preset's name, stored with the run ('' for none);
+    - `config`: either a partial config (a mapping, merged over the preset section by section), or a whole
+      RunConfig, taken as it is (the preset then only names the run's origin);
+    - `overrides`: `{"grpo.lr": 1e-6, "evolve_every": 10}`, by dotted path, the paper's name or a unique leaf
+      name, applied last.
+
+    The config is preset ⊕ config ⊕ overrides, then the team's rules (`configs.config_admit`: paths in the team's
+    data, URLs and endpoints it may reach). A submission whose config and overrides name no trackers
+    (`configs.tracking_named`) gets the team's default tracking section, and one that names no benchmarks
+    (`configs.benchmarks_named`) is also evaluated on its training data's test split; a whole RunConfig keeps its
+    own. InvalidInput names each bad field: under `config` by dotted path, or `preset`, `name`, `tags`;
+    QuotaExceeded (429) when the team is at its active-run quota."""
+    require_role(user, team, Role.MEMBER)
+    whole = isinstance(config, RunConfig)
+    partial = None if isinstance(config, RunConfig) else config
+    admission = config_admit(
+        team=team,
+        preset=preset,
+        base=config,
+        overrides=overrides,
+        team_tracking=not (whole or tracking_named(config=partial, overrides=overrides)),
+        default_benchmarks=not (whole or benchmarks_named(config=partial, overrides=overrides)),
+    )
+    return run_create(team=team, user=user, name=name, admission=admission, preset=preset, tags=tags)
+
+
+def run_create(
+    *,
+    team: Team,
+    user: User,
+    name: str,
+    admission: Admission,
+    preset: str = "",
+    tags: Sequence[str] = (),
     cloned_from: Run | None = None,
     experiment: Experiment | None = None,
     arm: str = "",
 ) -> Run:
-    """Compose the run's config once, validate it with the engine and the platform's rules, store a queued run, and
-    enqueue its training once committed. Pages, the API and experiments hand it what they were given:
-
-    - `preset`: a preset's name, stored with the run ('' for none);
-    - `config`: either a partial config (a mapping, merged over the preset section by section), or an already
-      composed RunConfig, taken as it is (the preset then only names the run's origin);
-    - `overrides`: `{"grpo.lr": 1e-6, "evolve_every": 10}`, by dotted path, the paper's name or a unique leaf
-      name, applied last.
-
-    The config is preset ⊕ config ⊕ overrides (`configs.config_compose`), then the team's rules
-    (`configs.config_admit`: paths in the team's data, URLs and endpoints it may reach). A submission whose config
-    and overrides name no trackers (`configs.tracking_named`) gets the team's default tracking section; a composed
-    RunConfig (a clone, an experiment's run) keeps its own. InvalidInput names each bad field: under `config` by
-    dotted path, or `preset`, `name`, `tags`; QuotaExceeded (429) when the team is at its active-run quota, except
-    that a run of an `experiment` then waits as pending (see `lifecycle.runs_start_pending`)."""
+    """Store an admitted config (`configs.config_admit`) as a queued run with the data versions it uses, and
+    enqueue its training once committed; the config is not checked again. Submissions, clones and experiments'
+    runs all end here. InvalidInput for a missing name or bad tags; QuotaExceeded (429) when the team is at its
+    active-run quota, except that a run of an `experiment` then waits as pending (see
+    `lifecycle.runs_start_pending`)."""
     require_role(user, team, Role.MEMBER)
-    composed = config_compose(preset=preset, base=config, overrides=overrides)
-    chosen = isinstance(config, RunConfig) or tracking_named(config=config, overrides=overrides)
-    if not (isinstance(config, RunConfig) or benchmarks_named(config=config, overrides=overrides)):
-        composed = data_default_benchmarks(composed, team=team)
-    validated = config_admit(composed, team=team, team_tracking=not chosen)
     name = name.strip()
     if not name:
         raise InvalidInput({"name": ["give the run a name"]})
     tag_names = _clean_tags(tags)
+    config = admission.config
     with transaction.atomic():
         waits = _active_runs_check(team, wait=experiment is not None)
         run = Run.objects.create(
@@ -150,17 +173,17 @@ def run_submit(
             creator=user,
             name=name[:200],
             status=Run.Status.PENDING if waits else Run.Status.QUEUED,
-            backend=validated.backend.name,
+            backend=config.backend.name,
             preset=preset,
-            config=validated.to_dict(),
-            seed=validated.seed,
-            total_steps=config_total_steps(validated),
+            config=config.to_dict(),
+            seed=config.seed,
+            total_steps=config_total_steps(config),
             cloned_from=cloned_from,
             experiment=experiment,
             arm=arm[:64],
         )
         RunTag.objects.bulk_create([RunTag(run=run, name=tag) for tag in tag_names])
-        run_data_record(run_id=run.pk, versions=data_pin(validated, team=team)[1])
+        run_data_record(run_id=run.pk, versions=admission.versions)
         if not waits:
             tasks.enqueue(run)
     return run
@@ -193,13 +216,15 @@ def run_clone(
     overrides: Mapping[str, Any] | None = None,
 ) -> Run:
     """A new run of the same team with the source's config, changed by `overrides` (fields the source's config
-    lacks take their defaults, as they did when it ran, not its preset's values)."""
-    config = config_compose(base=run.config, overrides=overrides)
-    return run_submit(
+    lacks take their defaults, as they did when it ran, not its preset's values), admitted once as a submission
+    is; it keeps the source's trackers and benchmarks."""
+    require_role(user, run.team, Role.MEMBER)
+    admission = config_admit(team=run.team, base=run.config, overrides=overrides)
+    return run_create(
         team=run.team,
         user=user,
         name=name or f"{run.name} (clone)",
-        config=config,
+        admission=admission,
         tags=list(tags) if tags is not None else selectors.run_tag_names(run=run),
         preset=run.preset,
         cloned_from=run,

@@ -115,7 +115,7 @@ def test_a_stored_config_is_checked_again_so_a_path_swapped_for_a_symlink_is_ref
     (alices / "train.jsonl").unlink()
     (alices / "train.jsonl").symlink_to("/etc/passwd")
     with pytest.raises(InvalidInput) as caught:
-        config_confine(preset("smoke").from_dict(run.config), team=alice_team)
+        config_confine(run.config, team=alice_team)
     assert "env.dataset" in caught.value.errors
 
 
@@ -283,5 +283,5 @@ def test_an_import_keeps_a_config_whose_files_are_gone(alice_team, data):
     from webapp.runs.configs import config_admit
 
     config = preset("smoke").with_overrides({"env.dataset": "long-gone.jsonl"})
-    admitted = config_admit(config, team=alice_team, existing=False)
+    admitted = config_admit(team=alice_team, base=config, existing=False).config
     assert admitted.env.dataset == str(team_data_dir(alice_team).resolve() / "long-gone.jsonl")
