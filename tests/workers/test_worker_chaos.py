@@ -1,10 +1,15 @@
 """Chaos, with real processes: a Celery worker is killed with -9 in the middle of a run (while its step waits on
 the optimizer). The sweep of the ops worker fails the run as lost, with the reason, within the configured time; a
 resume on a fresh worker continues from the newest checkpoint; and the finished run's population, metrics,
-evaluation and final weights equal those of an uninterrupted run with the same seed."""
+evaluation and final weights equal those of an uninterrupted run with the same seed. With LoRA too, whose last
+checkpoint's two downloads then load as they are: the adapters with peft onto the base, the merged policy with
+transformers alone."""
 
 from __future__ import annotations
 
+import io
+import json
+import tarfile
 import time
 
 import pytest
@@ -83,14 +88,15 @@ def outcome(run):
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_a_worker_killed_mid_run_fails_it_in_time_and_resume_reproduces_the_uninterrupted_run(
-    start_worker, optimizer_gate, tiny_data_dir, alice, alice_team, monkeypatch
+    start_worker, optimizer_gate, tiny_data_dir, alice, alice_team, monkeypatch, lora, api, tmp_path
 ):
     monkeypatch.setattr(run_tasks, "send", REAL_SEND)
     timing = {"INSPO_LOST_AFTER_S": str(LOST_AFTER_S), "INSPO_SWEEP_EVERY_S": str(SWEEP_EVERY_S)}
     sweeper = start_worker("ops-chaos@%h", queues="ops", beat=True, **timing)
     cpu = start_worker("cpu-chaos@%h", **timing)
-    config = tiny_config(tiny_data_dir)
+    config = tiny_config(tiny_data_dir, **({"grpo.use_lora": True, "grpo.lora_rank": 4} if lora else {}))
 
     straight = services.run_submit(team=alice_team, user=alice, name="uninterrupted", config=config)
     straight = finished(straight.pk, cpu)
@@ -122,3 +128,31 @@ def test_a_worker_killed_mid_run_fails_it_in_time_and_resume_reproduces_the_unin
     assert resumed.payload["resumed_from_step"] == 2
 
     assert outcome(chaos) == outcome(straight)
+    if lora:
+        final = Checkpoint.objects.get(run=chaos, step=chaos.total_steps)
+        the_downloads_load(api(alice), final, tiny_data_dir / "shared" / "tiny-llama", tmp_path)
+
+
+def the_downloads_load(client, checkpoint, base_dir, tmp_path):
+    """The adapters (the default download) load with peft onto the base model, the merged policy (`?policy=merged`)
+    with transformers alone, and both compute the same logits."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    url = f"/api/v1/runs/{checkpoint.run_id}/checkpoints/{checkpoint.pk}/archive/"
+    for name, params in (("adapter", {}), ("merged", {"policy": "merged"})):
+        response = client.get(url, params)
+        assert response.status_code == 200, response.content
+        with tarfile.open(fileobj=io.BytesIO(b"".join(response.streaming_content))) as archive:
+            archive.extractall(tmp_path / name, filter="data")
+    policy = f"step-{checkpoint.step:06d}/policy"
+    adapter = json.loads((tmp_path / "adapter" / policy / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "tiny-llama"  # the base's name, not the server's path
+    base = AutoModelForCausalLM.from_pretrained(base_dir)
+    with_adapters = PeftModel.from_pretrained(base, str(tmp_path / "adapter" / policy)).eval()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / policy).eval()
+    ids = torch.tensor([[1, 5, 9, 40, 2]])
+    with torch.no_grad():
+        expected = with_adapters(input_ids=ids).logits
+        torch.testing.assert_close(merged(input_ids=ids).logits, expected, atol=1e-4, rtol=1e-4)

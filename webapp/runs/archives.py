@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from inspo_engine.checkpoints import OPTIMIZER_DIR, POLICY_DIR, STATE_FILE
+from inspo_engine.checkpoints import MERGED_DIR, OPTIMIZER_DIR, POLICY_DIR, STATE_FILE
 from webapp.core.errors import Conflict, Gone
 
 if TYPE_CHECKING:
@@ -72,11 +72,15 @@ def archive_files(directory: Path, prefix: str, *, root: Path) -> list[ArchiveFi
     return [ArchiveFile(f"{prefix}/{p.relative_to(directory).as_posix()}", p, p.stat().st_size) for p in files]
 
 
-def checkpoint_files(directory: Path, *, root: Path, layout: int = 2, optimizer: bool = False) -> list[ArchiveFile]:
+def checkpoint_files(
+    directory: Path, *, root: Path, layout: int = 2, optimizer: bool = False, merged: bool = False
+) -> list[ArchiveFile]:
     """What the archive of the checkpoint `directory` holds, in order. Layout 2: `inspo_state.json` and `policy/`
-    under the checkpoint's name, as on disk, then `training/` with `optimizer`; layout 1 (checkpoints stored before
-    archives carried the population): policy/'s files alone, directly under the checkpoint's name. Every file must
-    lie in `root` (see `archive_files`)."""
+    under the checkpoint's name, as on disk, then `training/` with `optimizer`; with `merged` (the last checkpoint
+    of a LoRA run), the merged policy (`merged/` on disk) in place of the adapters as `policy/`, so that the
+    unpacked archive is a checkpoint with a whole policy; layout 1 (checkpoints stored before archives carried the
+    population): policy/'s files alone, directly under the checkpoint's name. Every file must lie in `root` (see
+    `archive_files`)."""
     name = directory.name
     if layout == 1:
         return archive_files(directory / POLICY_DIR, name, root=root)
@@ -86,7 +90,7 @@ def checkpoint_files(directory: Path, *, root: Path, layout: int = 2, optimizer:
         raise ArchiveRefused(f"{STATE_FILE} in the checkpoint leads outside its run's directory")
     if state.is_file() and not state.is_symlink():
         files.append(ArchiveFile(f"{name}/{STATE_FILE}", state, state.stat().st_size))
-    files += archive_files(directory / POLICY_DIR, f"{name}/{POLICY_DIR}", root=root)
+    files += archive_files(directory / (MERGED_DIR if merged else POLICY_DIR), f"{name}/{POLICY_DIR}", root=root)
     if optimizer:
         files += archive_files(directory / OPTIMIZER_DIR, f"{name}/{OPTIMIZER_DIR}", root=root)
     return files
@@ -232,8 +236,11 @@ def archive_evict(directory: Path, *, room_for: int, max_bytes: int) -> int:
     return deleted
 
 
-def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path, optimizer: bool = False) -> BuiltArchive:
-    """The checkpoint's archive (with its optimizer state when `optimizer`) as a file under
+def checkpoint_archive(
+    *, checkpoint: Checkpoint, run_directory: Path, optimizer: bool = False, merged: bool = False
+) -> BuiltArchive:
+    """The checkpoint's archive (with its optimizer state when `optimizer`; with its merged policy in place of the
+    adapters when `merged`) as a file under
     INSPO_ARCHIVE_DIR/<run id>/, built on first use. Concurrent first downloads build it once (a lock per archive).
     Refuses a checkpoint whose files (or optimizer state) are gone (410), lead outside the run's directory or
     changed since they were hashed (409)."""
@@ -245,9 +252,16 @@ def checkpoint_archive(*, checkpoint: Checkpoint, run_directory: Path, optimizer
             f"the checkpoint of step {checkpoint.step} keeps no optimizer state: only the newest checkpoint of a run "
             "that can still resume does (checkpoint.optimizer_state 'latest')"
         )
-    files = checkpoint_files(directory, root=run_directory, layout=checkpoint.layout, optimizer=optimizer)
-    sha256 = checkpoint.optimizer_sha256 if optimizer else checkpoint.sha256
-    variant = "optimizer" if optimizer else "checkpoint"
+    if merged and not (checkpoint.merged_sha256 and (directory / MERGED_DIR).is_dir()):
+        raise Gone(
+            f"the checkpoint of step {checkpoint.step} has no merged policy: a LoRA run writes one in its last "
+            "checkpoint only; this one's policy/ holds the adapters, which peft merges onto the base model"
+        )
+    files = checkpoint_files(
+        directory, root=run_directory, layout=checkpoint.layout, optimizer=optimizer, merged=merged
+    )
+    sha256 = checkpoint.merged_sha256 if merged else checkpoint.optimizer_sha256 if optimizer else checkpoint.sha256
+    variant = "merged" if merged else "optimizer" if optimizer else "checkpoint"
     root = Path(settings.INSPO_ARCHIVE_DIR)
     path = root / str(checkpoint.run_id) / f"{checkpoint.pk}-{variant}-{archive_key(files, sha256)}.tar"
     if path.is_file():

@@ -325,7 +325,8 @@ class Trajectory(models.Model):
 
 class Checkpoint(models.Model):
     """A saved checkpoint; `sha256` is the digest of its archive as the API streams it (the policy and the loop's
-    state at that step), `optimizer_sha256` of the archive that also holds the optimizer state."""
+    state at that step), `optimizer_sha256` of the archive that also holds the optimizer state, `merged_sha256` of
+    the archive whose policy/ is a LoRA run's merged policy (its last checkpoint only)."""
 
     LAYOUT_POLICY = 1
     """The archive holds policy/'s files alone (checkpoints stored before archives carried the population)."""
@@ -346,6 +347,10 @@ class Checkpoint(models.Model):
     optimizer_sha256 = models.CharField(max_length=64, blank=True)
     optimizer_available = models.BooleanField(
         default=False, help_text="False once the engine dropped the optimizer state (only the newest keeps it)."
+    )
+    merged_archive_bytes = models.BigIntegerField(default=0, help_text="The archive with the merged policy (LoRA).")
+    merged_sha256 = models.CharField(
+        max_length=64, blank=True, help_text="Of the archive with the merged policy; blank when there is none."
     )
     disk_bytes = models.BigIntegerField(default=0, help_text="Every checkpoint of the run on disk after this one.")
     created_at = models.DateTimeField(auto_now_add=True)

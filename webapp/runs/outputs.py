@@ -133,7 +133,9 @@ class ControlRequestOutputSerializer(serializers.Serializer[Any]):
 
 class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
     """`archive_bytes` and `sha256` are those of the archive the download sends (the policy and the loop's state);
-    `optimizer_archive_bytes` and `optimizer_sha256` of the one `?optimizer=1` sends, while `optimizer_available`."""
+    `optimizer_archive_bytes` and `optimizer_sha256` of the one `?optimizer=1` sends, while `optimizer_available`;
+    `merged_archive_bytes` and `merged_sha256` of the one `?policy=merged` sends (a LoRA run's last checkpoint;
+    blank otherwise)."""
 
     class Meta:
         model = Checkpoint
@@ -150,6 +152,8 @@ class CheckpointOutputSerializer(serializers.ModelSerializer[Checkpoint]):
             "optimizer_archive_bytes",
             "optimizer_sha256",
             "optimizer_available",
+            "merged_archive_bytes",
+            "merged_sha256",
             "disk_bytes",
             "created_at",
         )
@@ -235,10 +239,6 @@ class MetricSeriesOutputSerializer(serializers.Serializer[Any]):
         fields = super().get_fields()
         for name in SERIES_FIELDS:
             fields[name] = _column(serializers.FloatField(allow_null=True), "Its value at each step; null: none.")
-        return fields
-
-
-class PopulationOutputSerializer(serializers.Serializer[Any]):
         for name in OUTCOME_SERIES:
             fields[name] = _column(
                 serializers.FloatField(allow_null=True),
@@ -246,6 +246,10 @@ class PopulationOutputSerializer(serializers.Serializer[Any]):
                 "reward_format, reward_correct: the mean reward's format and correctness parts); null at steps "
                 "recorded before it was kept.",
             )
+        return fields
+
+
+class PopulationOutputSerializer(serializers.Serializer[Any]):
     """The population history column-wise (`selectors.run_population_columns`): the snapshots' fields as arrays,
     and per instruction its statistics as arrays over the snapshots it spans. It documents the answer in the schema;
     the view sends the selector's columns as they are, because passing thousands of numbers through a field each
@@ -267,10 +271,6 @@ class PopulationOutputSerializer(serializers.Serializer[Any]):
         probability = _column(serializers.FloatField(allow_null=True), "Its sampling probability.")
         samples = _column(serializers.IntegerField(allow_null=True), "Questions it was sampled for in that step.")
         mean_reward = _column(serializers.FloatField(allow_null=True), "Their mean reward.")
-
-    snapshots = Snapshots()
-    instructions = InstructionColumns(many=True, help_text="In order of first membership.")
-
         recent_reward = _column(
             serializers.FloatField(allow_null=True),
             "The mean of its per-step mean rewards over the steps its weight counts; null in runs recorded before.",
@@ -278,6 +278,10 @@ class PopulationOutputSerializer(serializers.Serializer[Any]):
         recent_low = _column(serializers.FloatField(allow_null=True), "Its 95 % interval's lower end.")
         recent_high = _column(serializers.FloatField(allow_null=True), "Its 95 % interval's upper end.")
         recent_samples = _column(serializers.IntegerField(allow_null=True), "The questions behind it.")
+
+    snapshots = Snapshots()
+    instructions = InstructionColumns(many=True, help_text="In order of first membership.")
+
 
 class LineageNodeOutputSerializer(serializers.Serializer[Any]):
     id = serializers.CharField(help_text="The engine's id, e.g. ins-0003.")
@@ -401,20 +405,20 @@ class TrajectoryOutputSerializer(serializers.Serializer[Any]):
     response = serializers.CharField(allow_blank=True)
     answer = serializers.CharField(allow_null=True, allow_blank=True)
     reward = serializers.FloatField()
+    correct = serializers.SerializerMethodField(
+        help_text="Whether the answer is an exact match of a gold answer: a reward above 0 may be format credit only."
+    )
     tool_calls = serializers.IntegerField()
     response_tokens = serializers.IntegerField()
     error = serializers.CharField(allow_null=True)
 
-    correct = serializers.SerializerMethodField(
-        help_text="Whether the answer is an exact match of a gold answer: a reward above 0 may be format credit only."
-    )
-
-class TrajectoryPageOutputSerializer(serializers.Serializer[Any]):
-    """`selectors.run_trajectories`."""
-
     @extend_schema_field(serializers.BooleanField())
     def get_correct(self, trajectory: dict[str, Any]) -> bool:
         return bool(exact_match(trajectory.get("answer"), trajectory.get("golden_answers") or []))
+
+
+class TrajectoryPageOutputSerializer(serializers.Serializer[Any]):
+    """`selectors.run_trajectories`."""
 
     step = serializers.IntegerField(allow_null=True, help_text="null: the run has no trajectories yet.")
     trajectories = TrajectoryOutputSerializer(many=True)

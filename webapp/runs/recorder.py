@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from django.conf import settings
@@ -25,8 +25,15 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from inspo_engine import events as ev
-from inspo_engine.checkpoints import OPTIMIZER_DIR
-from webapp.runs.archives import ArchiveDigest, ArchiveRefused, archive_digests, checkpoint_files, policy_directory
+from inspo_engine.checkpoints import MERGED_DIR, OPTIMIZER_DIR
+from webapp.runs.archives import (
+    ArchiveDigest,
+    ArchiveRefused,
+    archive_digest,
+    archive_digests,
+    checkpoint_files,
+    policy_directory,
+)
 from webapp.runs.lifecycle import Attempt, checkpoints_refresh
 from webapp.runs.models import (
     Candidate,
@@ -48,6 +55,16 @@ from webapp.runs.models import (
 from webapp.runs.selectors import run_directory
 
 log = logging.getLogger(__name__)
+
+
+class CheckpointDigests(NamedTuple):
+    """A saved checkpoint's archive digests: of the plain archive, with the optimizer state (None when it keeps
+    none), and with the merged policy (None without one)."""
+
+    plain: ArchiveDigest
+    optimizer: ArchiveDigest | None
+    merged: ArchiveDigest | None
+
 
 NOT_STORED = {"stage_started"}
 """Progress only: the watchdog reads it, the database gets it with the heartbeat."""
@@ -144,7 +161,7 @@ class DatabaseSink:
         self.max_delay = settings.INSPO_SINK_MAX_DELAY_S if max_delay is None else max_delay
         self.clock = clock
         self.pending: list[ev.Event] = []
-        self.digests: dict[str, tuple[ArchiveDigest, ArchiveDigest | None] | None] = {}
+        self.digests: dict[str, CheckpointDigests | None] = {}
         self.last_flush = clock()
         self.flushes = 0
         self.instructions: dict[str, int] = dict(Instruction.objects.filter(run_id=run_id).values_list("key", "pk"))
@@ -212,8 +229,9 @@ class DatabaseSink:
             self.superseded, self.pending = True, []
             raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; its events are not stored")
 
-    def _digest(self, path: str) -> tuple[ArchiveDigest, ArchiveDigest | None] | None:
-        """The digests of the checkpoint's archive and, when it keeps an optimizer state, of the archive with it."""
+    def _digest(self, path: str) -> CheckpointDigests | None:
+        """The digests of the checkpoint's archive; when it keeps an optimizer state, of the archive with it; when it
+        holds a merged policy (a LoRA run's last checkpoint), of the archive with that policy."""
         directory = policy_directory(path)
         if not directory.is_dir():
             log.warning("checkpoint %s has no %s directory; not hashed", path, directory.name)
@@ -222,11 +240,16 @@ class DatabaseSink:
         try:
             files = checkpoint_files(checkpoint, root=root)
             extra = checkpoint_files(checkpoint, root=root, optimizer=True)[len(files) :]
+            merged = (
+                archive_digest(checkpoint_files(checkpoint, root=root, merged=True))
+                if (checkpoint / MERGED_DIR).is_dir()
+                else None
+            )
         except ArchiveRefused as refused:
             log.warning("checkpoint %s not hashed: %s", path, refused)
             return None
         plain, whole = archive_digests(files, extra)
-        return plain, (whole if (checkpoint / OPTIMIZER_DIR).is_dir() else None)
+        return CheckpointDigests(plain, whole if (checkpoint / OPTIMIZER_DIR).is_dir() else None, merged)
 
     # -- one batch ---------------------------------------------------------------------------------------------
 
@@ -363,6 +386,10 @@ class DatabaseSink:
                 probability=_finite(m.probability) or 0.0,
                 samples=m.samples,
                 mean_reward=_finite(m.mean_reward),
+                recent_reward=_finite(m.recent_reward),
+                recent_low=_finite(m.recent_low),
+                recent_high=_finite(m.recent_high),
+                recent_samples=m.recent_samples,
             )
             for m in event.members
             if m.id in self.instructions
@@ -386,10 +413,6 @@ class DatabaseSink:
                 entropy=_finite(event.entropy) or 0.0,
                 entropy_normalised=_finite(event.entropy_normalised),
                 time=_when(event),
-                recent_reward=_finite(m.recent_reward),
-                recent_low=_finite(m.recent_low),
-                recent_high=_finite(m.recent_high),
-                recent_samples=m.recent_samples,
             )
         )
 
@@ -491,7 +514,7 @@ class DatabaseSink:
 
     def _on_checkpoint_saved(self, event: ev.CheckpointSaved, batch: _Batch) -> None:
         digests = self.digests.get(event.path)
-        digest, whole = digests if digests else (None, None)
+        digest, whole, merged = digests if digests else (None, None, None)
         Checkpoint.objects.update_or_create(
             run_id=self.run_id,
             step=event.step,
@@ -507,6 +530,8 @@ class DatabaseSink:
                 "optimizer_sha256": whole.sha256 if whole else "",
                 "optimizer_archive_bytes": whole.size if whole else 0,
                 "optimizer_available": whole is not None,
+                "merged_sha256": merged.sha256 if merged else "",
+                "merged_archive_bytes": merged.size if merged else 0,
                 "disk_bytes": event.disk_bytes,
             },
         )

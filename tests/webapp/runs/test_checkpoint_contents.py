@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from inspo_engine.checkpoints import (
+    MERGED_DIR,
     OPTIMIZER_DIR,
     POLICY_DIR,
     checkpoint_path,
@@ -48,7 +49,7 @@ def out_dir(run):
     return run_directory(run_id=run.pk)
 
 
-def save(run, step, *, optimizer=True):
+def save(run, step, *, optimizer=True, merged=False):
     """A checkpoint written as the engine writes one (weights, tokenizer, optimizer state, the loop's state with its
     population), the optimizer-state retention the engine runs, and its checkpoint_saved through the worker's sink."""
 
@@ -58,6 +59,12 @@ def save(run, step, *, optimizer=True):
         (directory / POLICY_DIR / "config.json").write_text('{"layers": 2}')
         (directory / OPTIMIZER_DIR).mkdir()
         (directory / OPTIMIZER_DIR / "trainer_state.pt").write_bytes(OPTIMIZER)
+        if merged:  # a LoRA run's last checkpoint: adapters in policy/, the merged policy beside them
+            (directory / POLICY_DIR / "model.safetensors").unlink()
+            (directory / POLICY_DIR / "adapter_model.safetensors").write_bytes(b"\3" * 1_000)
+            (directory / MERGED_DIR).mkdir()
+            (directory / MERGED_DIR / "config.json").write_text('{"layers": 2}')
+            (directory / MERGED_DIR / "model.safetensors").write_bytes(WEIGHTS)
 
     state = {
         "schema_version": 1,
@@ -164,3 +171,47 @@ def test_viewers_download_and_other_teams_do_not_see_the_checkpoint(alice, victo
         assert response.status_code == 404 and b"WEIGHTS" not in response.content
     assert api(bob).get(f"/api/v1/runs/{run.pk}/checkpoints/").status_code == 404
     assert download(api(None), checkpoint).status_code in (401, 403)
+
+
+def test_a_lora_runs_last_checkpoint_sends_its_merged_policy_as_policy_on_request(alice, api, run):
+    checkpoint = save(run, 4, merged=True)
+    assert checkpoint.merged_sha256 and checkpoint.merged_archive_bytes
+    response = download(api(alice), checkpoint, policy="merged")
+    data = body(response)
+    assert response.status_code == 200 and len(data) == checkpoint.merged_archive_bytes
+    assert hashlib.sha256(data).hexdigest() == checkpoint.merged_sha256 != checkpoint.sha256
+    assert response["ETag"] == f'"{checkpoint.merged_sha256}"'
+    assert response["Content-Disposition"].endswith(f'{run.pk}-step-000004-merged.tar"')
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        names = archive.getnames()
+        assert archive.extractfile("step-000004/policy/model.safetensors").read() == WEIGHTS
+    assert names == [
+        "step-000004/inspo_state.json",
+        "step-000004/policy/config.json",
+        "step-000004/policy/model.safetensors",
+    ]
+    with tarfile.open(fileobj=io.BytesIO(body(download(api(alice), checkpoint)))) as archive:
+        assert "step-000004/policy/adapter_model.safetensors" in archive.getnames()  # the default: the adapters
+    listed = api(alice).get(f"/api/v1/runs/{run.pk}/checkpoints/").json()[0]
+    assert listed["merged_sha256"] == checkpoint.merged_sha256
+
+
+def test_a_checkpoint_without_a_merged_policy_is_a_410_that_says_why(alice, api, run):
+    checkpoint = save(run, 2)
+    assert checkpoint.merged_sha256 == ""
+    response = download(api(alice), checkpoint, policy="merged")
+    assert response.status_code == 410
+    assert "no merged policy" in response.json()["detail"]
+
+
+def test_merged_with_the_optimizer_state_or_an_unknown_policy_is_a_400_naming_the_field(alice, api, run):
+    checkpoint = save(run, 4, merged=True)
+    both = download(api(alice), checkpoint, policy="merged", optimizer="1")
+    assert both.status_code == 400 and "policy" in both.json()
+    unknown = download(api(alice), checkpoint, policy="../merged")
+    assert unknown.status_code == 400 and "unknown policy" in json.dumps(unknown.json())
+
+
+def test_other_teams_do_not_see_a_merged_policy(bob, api, run):
+    checkpoint = save(run, 4, merged=True)
+    assert download(api(bob), checkpoint, policy="merged").status_code == 404

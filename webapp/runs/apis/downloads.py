@@ -98,6 +98,21 @@ class CheckpointArchiveApi(APIView):
             help_text="1: also the optimizer state (training/), which only resuming needs; only the newest "
             "checkpoint of a run that can still resume keeps one (410 otherwise).",
         )
+        policy = serializers.ChoiceField(
+            choices=("saved", "merged"),
+            default="saved",
+            help_text="saved: policy/ as the checkpoint holds it (a LoRA run's: its adapters, in peft's format); "
+            "merged: a LoRA run's policy with its adapters merged, a plain Hugging Face directory that transformers "
+            "loads without peft, as policy/ (the last checkpoint only; 410 otherwise).",
+            error_messages={"invalid_choice": "unknown policy {input!r}; choose 'saved' or 'merged'"},
+        )
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if attrs["optimizer"] and attrs["policy"] == "merged":
+                raise serializers.ValidationError(
+                    {"policy": ["the merged policy comes without optimizer state: resuming needs the adapters"]}
+                )
+            return attrs
 
     @extend_schema(
         parameters=[ArchiveQuery],
@@ -110,25 +125,35 @@ class CheckpointArchiveApi(APIView):
         description="The checkpoint as an uncompressed tar, laid out as on disk: `step-NNNNNN/inspo_state.json` (the "
         "population with its lineage at that step, the replay buffer and the loop's progress) and `policy/` (the "
         "Hugging Face directory); with `?optimizer=1` also `training/`. Its size and sha256 are the checkpoint's "
-        "`archive_bytes` and `sha256` (with the optimizer state: `optimizer_archive_bytes`, `optimizer_sha256`). "
-        "Built once on the first download, then sent as a file: `Range` requests resume.",
+        "`archive_bytes` and `sha256` (with the optimizer state: `optimizer_archive_bytes`, `optimizer_sha256`; with "
+        "`?policy=merged`: `merged_archive_bytes`, `merged_sha256`). Built once on the first download, then sent as "
+        "a file: `Range` requests resume.",
     )
     def get(self, request: Request, run_id: str, checkpoint_id: int) -> HttpResponseBase:
         user = acting_user(request)
         query = self.ArchiveQuery(data=query_once(request.query_params))
         query.is_valid(raise_exception=True)
         optimizer = bool(query.validated_data["optimizer"])
+        merged = query.validated_data["policy"] == "merged"
         run = selectors.run_get(user=user, run_id=run_id)
         checkpoint = selectors.checkpoint_get(run=run, checkpoint_id=checkpoint_id)
         built = checkpoint_archive(
-            checkpoint=checkpoint, run_directory=selectors.run_directory(run_id=run.pk), optimizer=optimizer
+            checkpoint=checkpoint,
+            run_directory=selectors.run_directory(run_id=run.pk),
+            optimizer=optimizer,
+            merged=merged,
         )
+        suffix = "-merged" if merged else "-with-optimizer" if optimizer else ""
         return file_response(
             request,
             built.path,
-            filename=f"{run.pk}-step-{checkpoint.step:06d}{'-with-optimizer' if optimizer else ''}.tar",
+            filename=f"{run.pk}-step-{checkpoint.step:06d}{suffix}.tar",
             content_type="application/x-tar",
-            etag=checkpoint.optimizer_sha256 if optimizer else checkpoint.sha256,
+            etag=checkpoint.merged_sha256
+            if merged
+            else checkpoint.optimizer_sha256
+            if optimizer
+            else checkpoint.sha256,
             serve=settings.INSPO_ARCHIVE_SERVE,
             root=Path(settings.INSPO_ARCHIVE_DIR),
             accel_prefix=settings.INSPO_ARCHIVE_ACCEL_PREFIX,
