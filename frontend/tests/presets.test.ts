@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { parsePresets, presetView } from "../src/transforms/presets";
+import { parsePresets, presetView, renamedDefault } from "../src/transforms/presets";
 
 const presets = {
   smoke: { total_steps: "4", lr: "1e-05", optimizer_endpoint: null },
@@ -29,5 +29,19 @@ describe("parsePresets", () => {
   it("reads the data attribute and refuses anything but an object", () => {
     expect(parsePresets(JSON.stringify(presets))).toEqual(presets);
     for (const bad of [undefined, "", "not json", "[1]", "null", "3"]) expect(parsePresets(bad)).toEqual({});
+  });
+});
+
+describe("renamedDefault", () => {
+  it("follows the preset while the name is the form's default", () => {
+    expect(renamedDefault("quick-20250301-1412", "quick", "paper")).toBe("paper-20250301-1412");
+    expect(renamedDefault("cpu-demo-20250301-1412", "cpu-demo", "smoke")).toBe("smoke-20250301-1412");
+  });
+
+  it("keeps a name the user wrote", () => {
+    expect(renamedDefault("my first run", "quick", "paper")).toBe("my first run");
+    expect(renamedDefault("quick-run", "quick", "paper")).toBe("quick-run");
+    expect(renamedDefault("smoke-20250301-1412", "quick", "paper")).toBe("smoke-20250301-1412");
+    expect(renamedDefault("", "quick", "paper")).toBe("");
   });
 });

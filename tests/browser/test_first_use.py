@@ -32,18 +32,24 @@ def test_the_new_run_form_shows_the_chosen_presets_values(browser, live_server, 
     page = pages.page
     page.get_by_test_id("submit-run").click()
     page.wait_for_selector("#app[data-ready=true]")
-    summary = page.get_by_test_id("preset-summary")
-    total_steps = summary.locator('dd[data-field="total_steps"]')
+    assert page.get_by_test_id("preset-summary").count() == 0  # the values are listed once, in the fields
+    benchmarks = page.locator('.preset-value[data-field="benchmarks"]')
     assert page.input_value("select[name=preset]") == "quick"  # the default: a first run that shows learning
-    assert total_steps.inner_text() == presets["quick"]["total_steps"] == "12"
-    assert page.get_attribute("input[name=total_steps]", "placeholder") == "12"
+    assert page.get_attribute("input[name=total_steps]", "placeholder") == presets["quick"]["total_steps"] == "12"
+    assert benchmarks.inner_text() == f"Preset: {presets['quick']['benchmarks']}."
+    name = page.input_value("input[name=name]")
+    assert name.startswith("quick-")  # a default name: Submit goes through untouched
 
     page.select_option("select[name=preset]", "paper")
-    assert total_steps.inner_text() == presets["paper"]["total_steps"] != "12"
-    assert summary.locator('dd[data-field="lr"]').inner_text() == presets["paper"]["lr"]
-    assert page.get_attribute("input[name=total_steps]", "placeholder") == presets["paper"]["total_steps"]
+    assert page.get_attribute("input[name=total_steps]", "placeholder") == presets["paper"]["total_steps"] != "12"
+    assert page.get_attribute("input[name=lr]", "placeholder") == presets["paper"]["lr"]
+    assert benchmarks.inner_text() == f"Preset: {presets['paper']['benchmarks']}."
     keep_mode = page.locator('select[name=mode] option[value=""]')
     assert keep_mode.inner_text() == f"(preset: {presets['paper']['mode']})"
+    assert page.input_value("input[name=name]") == "paper-" + name.removeprefix("quick-")  # follows the preset
+    page.fill("input[name=name]", "mine")
+    page.select_option("select[name=preset]", "smoke")
+    assert page.input_value("input[name=name]") == "mine"  # a name the user wrote stays
     pages.shoot("new-run-form")
     pages.assert_no_errors("the new run form")
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any, get_args, get_type_hints
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any, cast, get_args, get_type_hints
 
 from django import forms
 
@@ -60,6 +62,16 @@ def preset_field_texts() -> dict[str, dict[str, str | None]]:
         if config.optimizer.provider == "rules":  # the offline optimizer calls no model: show none
             texts[name]["optimizer_model"] = None
     return texts
+
+
+def default_run_name(preset: str, now: datetime) -> str:
+    """The name the New run form starts with: the preset and the minute, e.g. `quick-20250301-1412` (unique enough
+    to tell a first few runs apart; the form's script follows a change of preset while the name is still this).
+
+    >>> default_run_name("quick", datetime(2025, 3, 1, 14, 12, 59))
+    'quick-20250301-1412'
+    """
+    return f"{preset}-{now:%Y%m%d-%H%M}"
 
 
 def _display(value: Any) -> str | None:
@@ -156,6 +168,9 @@ class ConfigFormMixin(forms.Form):
 
 
 class RunForm(ConfigFormMixin):
+    preset_notes: dict[str, str]
+    """Per group of checkboxes, the chosen preset's value (`show_preset`)."""
+
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     name = NameField()
     tags = forms.CharField(required=False, help_text="Comma-separated.")
@@ -232,8 +247,25 @@ class RunForm(ConfigFormMixin):
     def clean_lora_targets(self) -> list[str] | None:
         return _tags(self.cleaned_data["lora_targets"]) or None
 
+    def show_preset(self, texts: dict[str, str | None]) -> None:
+        """Each config field shows the preset's value where it is, once: an empty input as its placeholder, a select
+        in its keep-the-preset choice, a group of checkboxes in `preset_notes` (None: the preset sets nothing). The
+        form's script (frontend/src/pages/newRun.ts) does the same when another preset is chosen."""
+        self.preset_notes.clear()
+        for name in CONFIG_FIELDS:
+            field, value = self.fields[name], texts.get(name)
+            if isinstance(field.widget, forms.CheckboxSelectMultiple):
+                self.preset_notes[name] = value or "none"
+            elif isinstance(field, forms.ChoiceField):
+                choices = list(cast("Iterable[tuple[Any, Any]]", field.choices))
+                choices[0] = ("", "(preset)" if value is None else f"(preset: {value})")
+                field.choices = choices
+            else:
+                field.widget.attrs["placeholder"] = value or ""
+
     def __init__(self, *args: Any, teams: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.preset_notes = {}
         team_field = self.fields["team"]
         assert isinstance(team_field, forms.ModelChoiceField)
         team_field.queryset = teams

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.accounts.models import Role
@@ -28,13 +29,13 @@ from webapp.data.indexing import index_waits
 from . import heatmaps, learnt, selectors, services
 from .configs import PRESET_NAMES
 from .forms import (
-    CONFIG_FIELDS,
     CloneForm,
     ControlForm,
     EvaluateForm,
     HeatmapForm,
     RunForm,
     TeamTrackingForm,
+    default_run_name,
     preset_field_texts,
 )
 from .models import Checkpoint, Run
@@ -126,7 +127,9 @@ def run_new(request: HttpRequest) -> HttpResponse:
     teams = _submittable_teams(user)
     if not teams.exists():
         raise PermissionDenied("Viewers cannot submit runs: ask a team owner for the member role.")
-    form = RunForm(request.POST or None, teams=teams, initial={"team": teams.first()})
+    preset = str(RunForm.base_fields["preset"].initial)
+    initial = {"team": teams.first(), "name": default_run_name(preset, timezone.localtime())}
+    form = RunForm(request.POST or None, teams=teams, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -149,12 +152,8 @@ def run_new(request: HttpRequest) -> HttpResponse:
     presets = preset_field_texts()
     chosen = form["preset"].value()
     chosen = chosen if chosen in presets else PRESET_NAMES[0]
-    context = {
-        "form": form,
-        "preset_chosen": chosen,
-        "preset_summary": [(form[field], presets[chosen][field]) for field in CONFIG_FIELDS],
-        "preset_texts": json.dumps(presets),
-    }
+    form.show_preset(presets[chosen])
+    context = {"form": form, "preset_texts": json.dumps(presets)}
     return render(request, "runs/new.html", context, status=status)
 
 

@@ -1,26 +1,29 @@
-/** The New run form: keeps the chosen preset's values in view — the summary under the preset select, each empty
- * input's placeholder and each select's "(preset: …)" choice — and updates them when the preset changes. The server
- * renders the first summary, so the form reads the same without this script. */
+/** The New run form: each field shows the chosen preset's value where it is — an empty input's placeholder, a
+ * select's "(preset: …)" choice, the note beside a group of checkboxes — and follows the preset when it changes; a
+ * name still the default one (`<preset>-<yyyymmdd-hhmm>`) follows it too. The server renders the first preset's, so
+ * the form reads the same without this script. */
 
-import { parsePresets, presetView } from "../transforms/presets";
+import { parsePresets, presetView, renamedDefault } from "../transforms/presets";
 
 export function newRunPage(root: HTMLElement): void {
   const presets = parsePresets(root.dataset.presets);
   const select = root.querySelector<HTMLSelectElement>('select[name="preset"]');
-  const summary = root.querySelector<HTMLElement>('[data-testid="preset-summary"]');
-  if (!select || !summary) return;
+  const name = root.querySelector<HTMLInputElement>('input[name="name"]');
+  if (!select) return;
+  let shown = select.value;
   const show = () => {
-    summary.dataset.preset = select.value;
     for (const view of presetView(presets, select.value)) {
-      const value = summary.querySelector(`dd[data-field="${view.field}"]`);
-      if (value) value.textContent = view.text;
+      const note = root.querySelector(`.preset-value[data-field="${view.field}"]`);
+      if (note) note.textContent = `Preset: ${view.text === "—" ? "none" : view.text}.`;
       const input = root.querySelector(`[name="${view.field}"]`);
-      if (input instanceof HTMLInputElement) input.placeholder = view.placeholder;
+      if (input instanceof HTMLInputElement && input.type !== "checkbox") input.placeholder = view.placeholder;
       if (input instanceof HTMLSelectElement) {
         const keep = input.querySelector<HTMLOptionElement>('option[value=""]');
         if (keep) keep.textContent = view.choice;
       }
     }
+    if (name) name.value = renamedDefault(name.value, shown, select.value);
+    shown = select.value;
   };
   select.addEventListener("change", show);
   show();

@@ -37,3 +37,10 @@ export function parsePresets(json: string | undefined): PresetTexts {
     return {};
   }
 }
+
+/** The run's name after the preset changes from `from` to `to`: a name that is still the form's default for `from`
+ * (`<preset>-<yyyymmdd-hhmm>`) takes `to` in its place; any name the user wrote stays as it is. */
+export function renamedDefault(name: string, from: string, to: string): string {
+  const stamp = name.startsWith(`${from}-`) ? name.slice(from.length + 1) : "";
+  return /^\d{8}-\d{4}$/.test(stamp) ? `${to}-${stamp}` : name;
+}

@@ -13,6 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.factories import CheckpointFactory, RunFactory
+from webapp.runs.forms import CONFIG_FIELDS
 from webapp.runs.models import Run
 
 pytestmark = pytest.mark.django_db
@@ -211,18 +212,33 @@ def test_the_compare_page_refuses_runs_the_user_cannot_see(browser, running, oth
     assert browser.get(compare, {"runs": too_many}).status_code == 404
 
 
-def preset_summary(html: str) -> dict[str, str]:
-    """The form's summary of the chosen preset: field name → the text shown."""
-    summary = re.search(r'<dl[^>]*data-testid="preset-summary"[^>]*>(.*?)</dl>', html, re.S)
-    assert summary, "no preset summary"
-    return dict(re.findall(r'<dd data-field="(\w+)">([^<]*)</dd>', summary.group(1)))
+def preset_shown(html: str) -> dict[str, str]:
+    """What the form shows of the chosen preset, field by field, in the field itself: an input's placeholder, the
+    text of a select's keep-the-preset choice, the note beside a group of checkboxes ("—" where the preset sets
+    nothing)."""
+    shown: dict[str, str] = {}
+    for name in CONFIG_FIELDS:
+        note = re.search(rf'<span class="help preset-value" data-field="{name}">Preset: ([^<]*)\.</span>', html)
+        keep = re.search(rf'<select name="{name}"[^>]*>\s*<option value=""[^>]*>([^<]*)</option>', html)
+        placeholder = re.search(rf'<input [^>]*name="{name}"[^>]*placeholder="([^"]*)"', html) or re.search(
+            rf'<input [^>]*placeholder="([^"]*)"[^>]*name="{name}"', html
+        )
+        if note:
+            shown[name] = unescape(note.group(1)).replace("none", "—")
+        elif keep:
+            text = unescape(keep.group(1))
+            shown[name] = text.removeprefix("(preset: ").removesuffix(")") if text != "(preset)" else "—"
+        elif placeholder:
+            shown[name] = unescape(placeholder.group(1)) or "—"
+    assert set(shown) == set(CONFIG_FIELDS), set(CONFIG_FIELDS) - set(shown)
+    return shown
 
 
 def test_the_form_shows_the_chosen_presets_values(browser, alice_team):
     html = browser.get(reverse("runs:new")).content.decode()
-    shown = preset_summary(html)
+    shown = preset_shown(html)
     assert shown["total_steps"] == "12" and shown["group_size"] == "4" and shown["backend"] == "torch"  # quick
-    assert shown["lr"] == "1e-05" and shown["optimizer_endpoint"] == "—"
+    assert shown["lr"] == "1e-05" and shown["optimizer_endpoint"] == "—" and shown["benchmarks"] == "builtin"
     assert 'data-page="new"' in html
     presets = json.loads(unescape(re.search(r'data-presets="([^"]*)"', html).group(1)))
     assert set(presets) == {"paper", "cpu-demo", "quick", "smoke"}
@@ -232,7 +248,34 @@ def test_the_form_shows_the_chosen_presets_values(browser, alice_team):
     # A refused form keeps the preset the user chose, and its values.
     refused = browser.post(reverse("runs:new"), {"team": alice_team.pk, "name": "", "preset": "paper"})
     assert refused.status_code == 400
-    assert preset_summary(refused.content.decode())["total_steps"] == presets["paper"]["total_steps"]
+    assert preset_shown(refused.content.decode())["total_steps"] == presets["paper"]["total_steps"]
+
+
+def test_the_form_lists_the_presets_values_once(browser):
+    """Once, in the fields: no separate list of them repeats what the fields show."""
+    html = browser.get(reverse("runs:new")).content.decode()
+    assert not has_testid(html, "preset-summary") and "The preset's values" not in html
+    assert html.count('placeholder="12"') == 1  # total steps, nowhere else
+
+
+def test_the_form_starts_with_a_name_so_its_default_submit_goes_through(
+    browser, alice_team, enqueued, django_capture_on_commit_callbacks
+):
+    html = browser.get(reverse("runs:new")).content.decode()
+    name = re.search(r'<input[^>]*name="name"[^>]*>', html).group(0)
+    value = re.search(r'value="([^"]*)"', name).group(1)
+    assert re.fullmatch(r"quick-\d{8}-\d{4}", value) and " required" in name
+    form = {"team": str(alice_team.pk), "name": value, "preset": "quick"}  # what the untouched form sends
+    with django_capture_on_commit_callbacks(execute=True):
+        response = browser.post(reverse("runs:new"), form)
+    assert response.status_code == 302 and Run.objects.get().name == value
+
+
+def test_the_forms_required_fields_are_marked(browser):
+    html = browser.get(reverse("runs:new")).content.decode()
+    marked = set(re.findall(r'<label for="id_(\w+)">[^<]*<span class="required" aria-hidden="true"> \*</span>', html))
+    assert marked == {"team", "name", "preset"}
+    assert "Fields marked" in html
 
 
 def test_clone_in_the_list_asks_before_it_queues_a_run(
