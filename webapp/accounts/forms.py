@@ -1,4 +1,5 @@
-"""Forms of the account pages: sign-in (rate limited, also the admin's), token creation, team membership."""
+"""Forms of the account pages: sign-in (rate limited, also the admin's), token creation, team membership, a team's
+stored keys."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ class TokenForm(forms.Form):
 class MemberForm(forms.Form):
     username = forms.CharField(max_length=150)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+
+class TeamSecretForm(forms.Form):
+    """A key for the team's page of stored keys: its name and value. The value's input never shows it (not even on
+    a refused form); the service checks both."""
+
+    name = forms.CharField(
+        max_length=64, help_text="How runs name it: letters, digits, '_', '.', '-'. An existing name is replaced."
+    )
+    value = forms.CharField(
+        max_length=4096,
+        strip=False,
+        label="Key",
+        widget=forms.PasswordInput(render_value=False, attrs={"autocomplete": "new-password"}),
+        help_text="Stored encrypted; no page or endpoint shows it again.",
+    )

@@ -1,4 +1,4 @@
-"""URLs of accounts: sign-in and sign-out, API tokens, team members and invitations; the teams API (and keys)."""
+"""URLs of accounts: sign-in and sign-out, API tokens, team members, invitations and keys; the teams API (and keys)."""
 
 from django.urls import path
 
@@ -21,4 +21,6 @@ urlpatterns = [
     path("invitations/<int:id>/decline/", views.invitation_answer, {"answer": "decline"}, name="invitation-decline"),
     path("teams/<slug:slug>/", views.team_members, name="team"),
     path("teams/<slug:slug>/members/<int:user_id>/remove/", views.member_remove, name="member-remove"),
+    path("teams/<slug:slug>/keys/", views.team_secrets, name="team-secrets"),
+    path("teams/<slug:slug>/keys/<str:name>/delete/", views.team_secret_delete, name="team-secret-delete"),
 ]

@@ -1,4 +1,5 @@
-"""Account pages: sign-in and sign-out, the API token page (a new token is shown once), and team members."""
+"""Account pages: sign-in and sign-out, the API token page (a new token is shown once), team members, and a team's
+stored keys (owners only; values never shown)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from webapp.core.errors import ServiceError
+from webapp.core.errors import InvalidInput, ServiceError
 
 from . import selectors, services
-from .forms import RATE_LIMITED, MemberForm, SignInForm, TokenForm
+from .forms import RATE_LIMITED, MemberForm, SignInForm, TeamSecretForm, TokenForm
 from .models import Role, Team, User
 from .permissions import acting_user, require_role, role_of
 
@@ -135,3 +136,41 @@ def member_remove(request: HttpRequest, slug: str, user_id: int) -> HttpResponse
     except ServiceError as error:
         messages.error(request, error.message)
     return redirect("accounts:team", slug=team.slug)
+
+
+@never_cache
+@login_required
+def team_secrets(request: HttpRequest, slug: str) -> HttpResponse:
+    """The team's stored keys, for its owners: their names (never their values), a form that stores one or replaces
+    the key of that name, and a delete button each. Members and viewers get a 403, anyone outside the team a 404.
+    Runs name a key in `optimizer.team_secret`; the team's default trackers name theirs (W&B, MLflow)."""
+    me = acting_user(request)
+    team = selectors.team_get(user=me, slug=slug)
+    require_role(me, team, Role.OWNER)
+    form = TeamSecretForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        name = form.cleaned_data["name"]
+        replaced = selectors.team_secret_list(team=team).filter(name=name).exists()
+        try:
+            services.team_secret_set(team=team, user=me, name=name, value=form.cleaned_data["value"])
+        except InvalidInput as error:
+            for field, messages_ in error.errors.items():
+                for message in messages_:
+                    form.add_error(field if field in form.fields else None, message)
+        else:
+            messages.success(request, f"{'Replaced' if replaced else 'Stored'} the key “{name}” of {team.name}.")
+            return redirect("accounts:team-secrets", slug=team.slug)
+    context = {"team": team, "form": form, "secrets": selectors.team_secret_list(team=team)}
+    return render(request, "accounts/team_secrets.html", context, status=400 if form.errors else 200)
+
+
+@login_required
+@require_POST
+def team_secret_delete(request: HttpRequest, slug: str, name: str) -> HttpResponse:
+    """Delete one of the team's keys (owners only, as on its page); runs that name it are refused from then on."""
+    me = acting_user(request)
+    team = selectors.team_get(user=me, slug=slug)
+    require_role(me, team, Role.OWNER)
+    services.team_secret_delete(team=team, user=me, name=name)
+    messages.success(request, f"Deleted the key “{name}” of {team.name}.")
+    return redirect("accounts:team-secrets", slug=team.slug)
