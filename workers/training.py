@@ -9,6 +9,8 @@ import dataclasses
 import logging
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -25,7 +27,7 @@ from webapp.data.indexing import run_index_wait
 from webapp.runs import lifecycle
 from webapp.runs.endpoints import RunAccess, net_policy, run_access, tracking_key, tracking_token
 from webapp.runs.lifecycle import Attempt, StopReason, run_discard_after
-from webapp.runs.models import Run
+from webapp.runs.models import Checkpoint, Run
 from webapp.runs.recorder import DatabaseSink
 from webapp.runs.selectors import run_for_worker, run_queued
 
@@ -61,16 +63,11 @@ class StopCheck:
         return self.reason is not None
 
 
-def run_prepare(run: Run) -> RunAccess:
+def run_inputs(run: Run) -> tuple[RunAccess, dict[str, str]]:
     """The stored config checked again before anything connects or loads (settings and files may have changed
     since submission): paths confined to the team's data, URLs on the allow-list, the one optimizer key it may
-    send. InvalidInput when the run may not go ahead."""
-    return run_inputs(run)[0]
-
-
-def run_inputs(run: Run) -> tuple[RunAccess, dict[str, str]]:
-    """`run_prepare`, and the map from the local paths of the data the config names (`data:<name>@<n>`, fetched
-    into the cache) back to the references: what the run's evaluations are named by."""
+    send; and the map from the local paths of the data the config names (`data:<name>@<n>`, fetched into the cache)
+    back to the references: what the run's evaluations are named by. InvalidInput when the run may not go ahead."""
     config, names = stored_config(run)
     return run_access(config=config, team=run.team), names
 
@@ -107,11 +104,15 @@ def run_execute(*, run_id: UUID | str, worker: str = "", backend: PolicyBackend 
     run = run_for_worker(run_id=run_id)
     stop = StopCheck(attempt, time_limit_s=settings.INSPO_RUN_TIME_LIMIT_S)
     watchdog = Watchdog(attempt, heartbeat_s=settings.INSPO_HEARTBEAT_S, grace_s=settings.INSPO_SHUTDOWN_GRACE_S)
-    train = _train_verl if run.backend == "verl" and backend is None else _train
+    verl = run.backend == "verl" and backend is None
     redactor = run_redactor(run)
     try:
-        with watchdog.watching(), redacted_logging(redactor):
-            result = train(run, attempt, stop, watchdog, backend, redactor)
+        with (
+            watchdog.watching(),
+            redacted_logging(redactor),
+            training(run, attempt, stop, watchdog, redactor) as session,
+        ):
+            result = _train_verl(session) if verl else _train(session, backend)
     except ev.RunSuperseded as superseded:
         log.warning("run %s: %s", run.pk, superseded)
         return "superseded"
@@ -149,38 +150,68 @@ def _sinks(
     return database, recorded, ev.FanoutSink(watchdog, recorded, StepLog(run.pk))
 
 
-def _train(
-    run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None, redactor: Redactor
-) -> Any:
-    from inspo_engine.build import build_run
+@dataclasses.dataclass(frozen=True)
+class Training:
+    """One attempt at training a run, as both backends get it from `training`: the run and its attempt, the stop
+    check and the watchdog; the stored config checked again with its key and policies (`run_inputs`); the checkpoint
+    it resumes from, the steps recorded after it already discarded; and the sink the engine emits to (the database,
+    the watchdog, the step log and the run's trackers, each evaluation named by its data reference)."""
 
+    run: Run
+    attempt: Attempt
+    stop: StopCheck
+    watchdog: Watchdog
+    access: RunAccess
+    checkpoint: Checkpoint | None
+    sink: ev.EventSink
+
+    @property
+    def out_dir(self) -> Path:
+        return run_out_dir(self.run)
+
+
+@contextmanager
+def training(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, redactor: Redactor) -> Iterator[Training]:
+    """The set-up and tear-down every backend shares: the run's inputs checked, a resumed run rewound to its
+    checkpoint, the sinks and trackers opened; and, however the backend's body ends, the database sink flushed and
+    the trackers closed. Status transitions and errors stay with `run_execute`, around it."""
     access, names = run_inputs(run)
     checkpoint = run.resume_checkpoint
     if checkpoint is not None:
         run_discard_after(run=run, step=checkpoint.step)
     database, recorded, sink = _sinks(run, attempt, watchdog, redactor)
     trackers = _trackers(run, access.config, recorded)
-    loop = build_run(
-        access.config,
-        out_dir=run_out_dir(run),
-        cache_dir=Path(settings.INSPO_CACHE_DIR),
-        sink=BenchmarkNames(ev.FanoutSink(sink, *trackers), names),
-        api_key=access.api_key,
-        should_stop=stop,
-        owns_run=attempt.current,
-        backend=backend,
-        retriever_policy=access.retriever_policy,
-        optimizer_policy=access.optimizer_policy,
-        control=DatabaseControl(run.pk),
-    )
-    if checkpoint is not None:
-        loop.load_checkpoint(Path(checkpoint.path))
     try:
-        return loop.run()
+        yield Training(
+            run, attempt, stop, watchdog, access, checkpoint, BenchmarkNames(ev.FanoutSink(sink, *trackers), names)
+        )
     finally:
         database.flush()
         for tracker in trackers:
             tracker.close()
+
+
+def _train(session: Training, backend: PolicyBackend | None) -> Any:
+    """The engine's loop in this process, on `backend` (default: the one the config names)."""
+    from inspo_engine.build import build_run
+
+    access, checkpoint = session.access, session.checkpoint
+    loop = build_run(
+        access.config,
+        out_dir=session.out_dir,
+        cache_dir=Path(settings.INSPO_CACHE_DIR),
+        sink=session.sink,
+        api_key=access.api_key,
+        should_stop=session.stop,
+        owns_run=session.attempt.current,
+        backend=backend,
+        retriever_policy=access.retriever_policy,
+        optimizer_policy=access.optimizer_policy,
+        control=DatabaseControl(session.run.pk),
+    )
+    if checkpoint is not None:
+        loop.load_checkpoint(Path(checkpoint.path))
+    return loop.run()
 
 
 def _trackers(run: Run, config: RunConfig, warn: ev.EventSink) -> list[TrackingSink]:
@@ -207,39 +238,27 @@ def _tracker_secrets(run: Run, config: RunConfig) -> dict[str, str]:
     return {name: value for name, value in secrets.items() if value}
 
 
-def _train_verl(
-    run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, backend: PolicyBackend | None, redactor: Redactor
-) -> Any:
+def _train_verl(session: Training) -> Any:
     """The verl job as a subprocess (see `workers.verl`); its events reach the database through the same sink. An
     attempt that lost the run terminates the job without asking it for a checkpoint, and a worker that ends its
     process (see `Watchdog`) terminates the job first."""
     from .verl import terminate, verl_execute
 
     def started(process: subprocess.Popen[bytes]) -> None:
-        watchdog.before_exit.append(lambda: terminate(process, grace_s=10.0))
+        session.watchdog.before_exit.append(lambda: terminate(process, grace_s=10.0))
 
-    access, names = run_inputs(run)
-    checkpoint = run.resume_checkpoint
-    if checkpoint is not None:
-        run_discard_after(run=run, step=checkpoint.step)
-    database, recorded, sink = _sinks(run, attempt, watchdog, redactor)
-    trackers = _trackers(run, access.config, recorded)
-    relay = ControlRelay(DatabaseControl(run.pk), run_out_dir(run))
-    try:
-        return verl_execute(
-            access.config,
-            run_out_dir(run),
-            sink=BenchmarkNames(ev.FanoutSink(sink, *trackers), names),
-            should_stop=stop,
-            resume_step=checkpoint.step if checkpoint is not None else None,
-            api_key=access.api_key,
-            optimizer_policy=access.optimizer_policy,
-            retriever_policy=access.retriever_policy,
-            on_start=started,
-            on_poll=relay.sync,
-            tracker_secrets=_tracker_secrets(run, access.config),
-        )
-    finally:
-        database.flush()
-        for tracker in trackers:
-            tracker.close()
+    access, checkpoint = session.access, session.checkpoint
+    relay = ControlRelay(DatabaseControl(session.run.pk), session.out_dir)
+    return verl_execute(
+        access.config,
+        session.out_dir,
+        sink=session.sink,
+        should_stop=session.stop,
+        resume_step=checkpoint.step if checkpoint is not None else None,
+        api_key=access.api_key,
+        optimizer_policy=access.optimizer_policy,
+        retriever_policy=access.retriever_policy,
+        on_start=started,
+        on_poll=relay.sync,
+        tracker_secrets=_tracker_secrets(session.run, access.config),
+    )

@@ -1,4 +1,4 @@
-"""What a worker checks before a run connects to anything (`workers.training.run_prepare`), whatever the stored
+"""What a worker checks before a run connects to anything (`workers.training.run_inputs`), whatever the stored
 config says (rows written before these rules, or settings changed since submission): the server's optimizer key
 goes only to the operator's own endpoint, a run's own URL gets only its team's key, loopback and private addresses
 are refused, and paths stay in the team's data. Stub servers speak the providers' real wire formats."""
