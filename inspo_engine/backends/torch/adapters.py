@@ -49,10 +49,14 @@ def public_base_name(model: str) -> str:
 
 def name_the_base(directory: Path, model: str) -> None:
     """Rewrite the adapter's `base_model_name_or_path` (peft writes the local directory it loaded) as
-    `public_base_name(model)`, atomically."""
+    `public_base_name(model)`, and its target modules in order (peft writes a set, whose order changes from one
+    process to the next), atomically: the same adapters give the same bytes, so a checkpoint's digest names them."""
     path = Path(directory) / ADAPTER_CONFIG
     config = json.loads(path.read_text(encoding="utf-8"))
     config["base_model_name_or_path"] = public_base_name(model)
+    for key in ("target_modules", "exclude_modules"):
+        if isinstance(config.get(key), list):
+            config[key] = sorted(config[key])
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(partial, path)
