@@ -35,3 +35,103 @@ def test_the_run_page_shows_the_configs_changes_from_its_preset(browser, live_se
     page.wait_for_selector("#app[data-ready=true]")
     assert "the “smoke” preset unchanged" in page.get_by_test_id("config-vs-preset").inner_text()
     pages.assert_no_errors("the run page of an unchanged run")
+
+
+def _recorded(alice, alice_team, *, with_parts):
+    """A finished quick-shaped run: six steps, the untrained and the final evaluation on 32 questions (none right),
+    a population of two, and a sampled trajectory that opens with the preset's text. Without parts: as recorded
+    before per-step parts and recent rewards were kept."""
+    from tests.factories import (
+        EvaluationFactory,
+        InstructionFactory,
+        PopulationMemberFactory,
+        PopulationSnapshotFactory,
+        StepMetricFactory,
+        TrajectoryFactory,
+    )
+    from webapp.runs.models import EvaluationAnswer
+
+    config = preset("quick").to_dict()
+    run = RunFactory(
+        team=alice_team, creator=alice, status=Run.Status.FINISHED, preset="quick", config=config, total_steps=6
+    )
+    seed, other = (
+        InstructionFactory(run=run, key=k, origin=o) for k, o in (("ins-0000", "seed"), ("ins-0001", "manual"))
+    )
+    Run.objects.filter(pk=run.pk).update(best_instruction=seed, step=6)
+    for step, formed in enumerate([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], start=1):
+        parts = {"reward_format": 0.2 * formed, "reward_correct": 0.0} if with_parts else {}
+        metrics = {"em": 0.0, "well_formed": formed, **parts} if with_parts else {}
+        StepMetricFactory(run=run, step=step, reward_mean=0.2 * formed, tool_calls_mean=formed, metrics=metrics)
+        snapshot = PopulationSnapshotFactory(run=run, step=step, reason="step", best=seed)
+        for instruction, weight in ((seed, 0.18), (other, 0.15)):
+            recent = {"recent_reward": weight, "recent_low": weight - 0.1, "recent_high": weight + 0.1}
+            PopulationMemberFactory(
+                snapshot=snapshot,
+                instruction=instruction,
+                weight=weight,
+                **({**recent, "recent_samples": step} if with_parts else {}),
+            )
+    for step in (0, 6):
+        evaluation = EvaluationFactory(run=run, step=step, value=0.0, n=32, instruction=seed)
+        EvaluationAnswer.objects.bulk_create(
+            EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=0.0, f1=0.0) for i in range(32)
+        )
+    opening = config["env"]["response_prefix"]
+    TrajectoryFactory(
+        run=run,
+        step=6,
+        instruction=seed,
+        reward=0.2,
+        answer="I must find",
+        golden_answers=["Lima"],
+        response=f"{opening} capital of Peru </search><information>Lima is the capital.</information>"
+        "<answer> I must find </answer>",
+    )
+    return run
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_runs_page_says_what_it_learnt_and_how_sure_its_population_is(
+    browser, live_server, alice, alice_team
+):
+    run = _recorded(alice, alice_team, with_parts=True)
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/")
+    page.wait_for_selector("#app[data-ready=true]")
+    learnt = page.get_by_test_id("run-learnt")
+    assert "This run taught the format only" in learnt.get_by_test_id("learnt-verdict").inner_text()
+    facts = learnt.get_by_test_id("learnt-facts").inner_text()
+    assert "0.000 before training" in facts and "0.000 after" in facts and "no interval can be estimated" in facts
+    assert "No evolved instruction won" in facts
+    caption = page.get_by_test_id("reward-caption")
+    assert caption.is_visible() and "the reward is format credit only" in caption.inner_text()
+    verdict = page.get_by_test_id("population-resolution")
+    assert verdict.get_attribute("data-kind") == "none"
+    assert "cannot yet tell its instructions apart" in verdict.inner_text()
+    assert page.get_by_test_id("member-recent").first.inner_text() == "0.180 [0.080, 0.280]"
+    pages.assert_no_errors("the run page")
+
+    pages.goto(f"/runs/{run.pk}/trajectories/")
+    page.wait_for_selector("#app[data-ready=true]")
+    card = page.get_by_test_id("trajectory-card").first
+    card.wait_for()
+    given = card.get_by_test_id("segment-given")
+    assert given.count() == 1 and "given by the preset" in given.inner_text().lower()  # the label is upper-cased
+    assert "format credit" in card.get_by_test_id("trajectory-reward").inner_text()
+    pages.assert_no_errors("the trajectory page")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_recorded_before_the_parts_and_intervals_were_kept_still_renders(browser, live_server, alice, alice_team):
+    run = _recorded(alice, alice_team, with_parts=False)
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/")
+    page.wait_for_selector("#app[data-ready=true]")
+    assert page.get_by_test_id("reward-caption").is_hidden()
+    assert page.get_by_test_id("member-recent").first.inner_text() == "—"
+    assert page.get_by_test_id("population-resolution").get_attribute("data-kind") == "unknown"
+    assert "What this run learnt" in page.get_by_test_id("run-learnt").inner_text()
+    pages.assert_no_errors("the run page of an older run")

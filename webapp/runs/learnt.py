@@ -196,6 +196,12 @@ def run_learnt(*, run: Run) -> Learnt | None:
                 f"the interval of before), while well-formed replies rose. In {run.total_steps} steps it learnt the "
                 "form of the protocol, not yet the answers."
             )
+        elif formed is None:
+            taught = "nothing"
+            verdict = (
+                "Correctness did not move (exact match after training is within the interval of before); this run's "
+                "steps recorded no well-formed share to say whether the format did."
+            )
         else:
             taught = "nothing"
             verdict = "Neither correctness nor the format moved measurably in this run."
