@@ -107,11 +107,13 @@ def start_worker(
     return WorkerProcess(process, log)
 
 
-def celery_worker(redis_url: str, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+def celery_worker(
+    redis_url: str, tmp_path: Path, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """The `worker` fixture: a `celery worker` process on the cpu queue, on the test database and a clean Redis
-    database."""
+    database, with `env` added to its environment."""
     redis.Redis.from_url(redis_url).flushdb()
-    worker = start_worker(tmp_path, env={"CELERY_BROKER_URL": redis_url})
+    worker = start_worker(tmp_path, env={"CELERY_BROKER_URL": redis_url, **(env or {})})
     try:
         yield worker.process, worker.log
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -288,14 +289,27 @@ def scripted_run(alice: Any, alice_team: Any, gemini_url: str, worker_settings: 
     return run
 
 
+TINY_MODEL = "shared/tiny-llama"
+"""Where the tiny Llama lies in `tiny_data_dir` (and so in the `worker` fixture's data directory)."""
+
+
 @pytest.fixture
-def worker(redis_url: str, tmp_path: Any, settings: Any) -> Iterator[Any]:
+def worker(redis_url: str, tmp_path: Any, settings: Any, tiny_data_dir: Path) -> Iterator[Any]:
     """A real `celery worker` process on the cpu queue (see tests/celery_worker.py) and its log file. The test's
-    own settings point at the worker's run directory, as a deployment's web and worker processes share one."""
+    own settings point at the worker's run directory, as a deployment's web and worker processes share one, and at
+    `tiny_data_dir` for data: a run that names `backend.model` as `tiny_model_path(settings)` trains the tiny Llama
+    in seconds, where SmolLM2's weights are not the point."""
     from tests.celery_worker import celery_worker
 
     settings.INSPO_RUNS_DIR = tmp_path / "runs"
-    yield from celery_worker(redis_url, tmp_path)
+    settings.INSPO_DATA_DIR = tiny_data_dir
+    settings.INSPO_SHARED_DATA_DIR = tiny_data_dir / "shared"
+    yield from celery_worker(redis_url, tmp_path, env={"INSPO_DATA_DIR": str(tiny_data_dir)})
+
+
+def tiny_model_path(settings: Any) -> str:
+    """The tiny Llama's path as a run of the `worker` fixture names it (`backend.model`)."""
+    return str(Path(settings.INSPO_DATA_DIR) / TINY_MODEL)
 
 
 @pytest.fixture(scope="session")
@@ -341,3 +355,12 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     LlamaForCausalLM(config).save_pretrained(target)
     tokenizer.save_pretrained(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path) -> Path:
+    """INSPO_DATA_DIR holding shared/tiny-llama: the session's tiny random-weight Llama over SmolLM2's tokenizer
+    (`tiny_llama_dir`). Real forward passes and GRPO updates in milliseconds."""
+    root = tmp_path_factory.mktemp("data")
+    shutil.copytree(tiny_llama_dir, root / "shared" / "tiny-llama")
+    return root

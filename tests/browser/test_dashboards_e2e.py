@@ -1,5 +1,6 @@
 """The dashboards in a real browser: Debian's chromium driven by Playwright, against the app on a live server and
-a real Celery worker. Sign in, submit the smoke preset through the form, watch it finish live, click an
+a real Celery worker. Sign in, submit the smoke preset through the form (on the tiny random-weight Llama: the pages
+are the point, not SmolLM2's weights), watch it finish live, click an
 instruction in the lineage view (its critique and word diff appear), read trajectories, compare two runs,
 download the best instruction — with no JavaScript console errors on any page, at 1280 px and at 390 px wide.
 Another team's run is a 404. Screenshots of every page land in INSPO_ARTIFACTS_DIR (var/test-artifacts/)."""
@@ -16,7 +17,7 @@ import pytest
 from django.db import connections
 
 from tests.celery_worker import REPO
-from tests.conftest import skip_or_fail
+from tests.conftest import skip_or_fail, tiny_model_path
 from tests.factories import EvaluationFactory, RunFactory, StepMetricFactory
 from webapp.runs import tasks as run_tasks
 from webapp.runs.models import Run
@@ -91,7 +92,7 @@ class Pages:
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_team_member_follows_a_run_from_the_form_to_the_downloaded_instruction(
-    browser, live_server, worker, alice, alice_team, bob, bob_team, monkeypatch
+    browser, live_server, worker, alice, alice_team, bob, bob_team, monkeypatch, settings
 ):
     monkeypatch.setattr(run_tasks, "send", REAL_SEND)
     process, log = worker
@@ -109,6 +110,7 @@ def test_a_team_member_follows_a_run_from_the_form_to_the_downloaded_instruction
     page.get_by_test_id("submit-run").click()
     page.fill("input[name=name]", "browser smoke")
     page.select_option("select[name=preset]", "smoke")
+    page.fill("input[name=model]", tiny_model_path(settings))
     pages.shoot("submit-form")
     page.get_by_role("button", name="Submit").click()
     page.wait_for_url("**/runs/*/")

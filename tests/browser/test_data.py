@@ -14,7 +14,6 @@ import pytest
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.celery_worker import start_worker, wait_until_done
-from tests.workers.conftest import tiny_data_dir  # noqa: F401 - the tiny model's fixture
 from webapp.data.models import IndexJob
 from webapp.runs import tasks as run_tasks
 from webapp.runs.models import Run
@@ -56,7 +55,7 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
     alice,
     settings,
     tmp_path,
-    tiny_data_dir,  # noqa: F811 - the fixture imported above
+    tiny_data_dir,
     redis_url,
     monkeypatch,
 ):

@@ -1,10 +1,12 @@
 """An experiment in a real browser against a live server and a real Celery worker: start a 2-arm × 2-seed smoke
-experiment through the form (which shows the run count and cost first), watch the experiment page fill its verdict
-table as the four runs finish, with both charts drawn and no console errors; bob's team gets a 404 for it. With
-INSPO_DOCS_SCREENSHOTS=1 the page's screenshot is also saved as docs/experiment-page.png."""
+experiment on the tiny random-weight Llama through the form (which shows the run count and cost first), watch the
+experiment page fill its verdict table as the four runs finish, with both charts drawn and no console errors; bob's
+team gets a 404 for it. With INSPO_DOCS_SCREENSHOTS=1 the page's screenshot is also saved as
+docs/experiment-page.png."""
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.celery_worker import REPO, wait_until_done
+from tests.conftest import tiny_model_path
 from webapp.experiments.models import Experiment
 from webapp.experiments.selectors import experiment_estimate
 from webapp.runs import tasks as run_tasks
@@ -24,7 +27,7 @@ DOCS_SCREENSHOT = REPO / "docs" / "experiment-page.png"
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
-    browser, live_server, worker, alice, alice_team, bob, monkeypatch
+    browser, live_server, worker, alice, alice_team, bob, monkeypatch, settings
 ):
     monkeypatch.setattr(run_tasks, "send", e2e.REAL_SEND)
     process, log = worker
@@ -38,7 +41,8 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     page.select_option("select[name=preset]", "smoke")
     page.fill("input[name=seeds]", "2")
     page.fill("input[name=questions]", "8")
-    page.fill("textarea[name=overrides]", '{"grpo.total_steps": 2}')
+    overrides = {"grpo.total_steps": 2, "backend.model": tiny_model_path(settings), "env.retriever": "bm25"}
+    page.fill("textarea[name=overrides]", json.dumps(overrides))
 
     def estimate(arms: int) -> str:  # what the API answers the form, from alice's team's runs or the preset's figure
         return experiment_estimate(team=alice_team, preset="smoke", arms=arms, seeds=2).text

@@ -25,17 +25,6 @@ def _record_instead_of_sending(enqueued: Any) -> None:
 # -- real workers on a tiny model ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory, tiny_llama_dir: Path) -> Path:
-    """INSPO_DATA_DIR holding shared/tiny-llama: the session's tiny random-weight Llama over SmolLM2's tokenizer
-    (`tiny_llama_dir`). Real forward passes and GRPO updates in milliseconds."""
-    import shutil
-
-    root = tmp_path_factory.mktemp("data")
-    shutil.copytree(tiny_llama_dir, root / "shared" / "tiny-llama")
-    return root
-
-
 def tiny_config(data_dir: Path, **overrides: Any) -> Any:
     """The smoke preset on the tiny model, BM25 retrieval and the optimizer stub: 6 steps, a checkpoint every 2,
     evolutions at steps 2, 4 and 6 (optimizer calls: one at initialisation, then one per evolution)."""

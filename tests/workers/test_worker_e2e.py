@@ -1,4 +1,5 @@
-"""End to end: a real Celery worker process on Redis trains the `smoke` preset with the real torch backend, and
+"""End to end: a real Celery worker process on Redis trains the `smoke` preset with the real torch backend (on the
+tiny random-weight Llama: SmolLM2's weights are not the point here; the CLI's smoke test trains SmolLM2), and
 the database then holds its steps, population history, lineage with critiques, a checkpoint whose sha256 matches
 the archive the API streams, and a best instruction that downloads."""
 
@@ -9,6 +10,7 @@ import hashlib
 import pytest
 
 from tests.celery_worker import wait_until_done
+from tests.conftest import tiny_model_path
 from webapp.runs import tasks as run_tasks
 from webapp.runs.models import Checkpoint, EvolutionRound, PopulationSnapshot, Run, StepMetric
 
@@ -17,11 +19,14 @@ REAL_SEND = run_tasks.send
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_a_celery_worker_trains_the_smoke_preset_and_everything_lands_in_the_database(worker, alice, api, monkeypatch):
+def test_a_celery_worker_trains_the_smoke_preset_and_everything_lands_in_the_database(
+    worker, alice, api, monkeypatch, settings
+):
     monkeypatch.setattr(run_tasks, "send", REAL_SEND)
     process, log = worker
     client = api(alice)
-    created = client.post("/api/v1/runs/", {"name": "e2e smoke", "preset": "smoke"}, format="json")
+    model = {"backend.model": tiny_model_path(settings), "env.retriever": "bm25"}
+    created = client.post("/api/v1/runs/", {"name": "e2e smoke", "preset": "smoke", "overrides": model}, format="json")
     assert created.status_code == 201, created.content
     run = wait_until_done(created.json()["id"], process, log)
     assert run.status == Run.Status.FINISHED, f"{run.error}\n{log.read_text()[-4000:]}"
