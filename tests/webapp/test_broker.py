@@ -14,7 +14,12 @@ from webapp.config.broker import Transport
 def send_and_receive(tmp_path: Any, transport: Any, count: int) -> list[int]:
     folder = tmp_path / "queue"
     folder.mkdir()
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": False}
+    options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(tmp_path / "control"),  # kombu's default is ./control, in the working directory
+        "store_processed": False,
+    }
     with Connection("filesystem://", transport=transport, transport_options=options) as connection:
         queue = connection.SimpleQueue("cpu")
         for number in range(count):
