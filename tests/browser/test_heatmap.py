@@ -13,13 +13,11 @@ from django.db import connection
 from tests.browser import test_dashboards_e2e as e2e
 from tests.browser.test_first_use import signed_in
 from tests.celery_worker import REPO
-from tests.workers import conftest as worker_fixtures
 from tests.workers.test_heatmap import SEED, tiny_run
 from webapp.runs.models import Heatmap, Instruction
 from workers.heatmap import heatmap_execute
 
 browser = e2e.browser  # the chromium fixture
-tiny_data_dir = worker_fixtures.tiny_data_dir  # the tiny Llama's data directory
 
 
 def score(heatmap_id: int) -> None:
