@@ -113,8 +113,8 @@ def _quick() -> dict[str, Any]:
     """A first run that shows learning in minutes: the cpu-demo (its reward, openings and population) with 12 steps
     of 4 questions × 4 replies, evolutions at steps 4 and 8 verified on 4 questions, and an evaluation on 32 test
     questions before the first step (the untrained policy) and after the last. The reward of the last steps is
-    clearly above the first, but it is format credit: so short a run teaches the protocol, not yet the answers, and
-    its page says so (docs/quickstart.md has the numbers, and what 24 steps did)."""
+    clearly above the first, most of it format credit: so short a run mostly teaches the protocol; over seeds 0-2 its
+    evaluation on the 195 test questions went from EM 0.000 to 0.06-0.10 (docs/quickstart.md has the numbers)."""
     config = _cpu_demo()
     config["grpo"].update(total_steps=12, group_size=4, batch_size=4, mini_batch_size=4, micro_batch_size=4)
     config["population"].update(prune_every=4)
