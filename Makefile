@@ -79,8 +79,8 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium; }
 
-# The web app with an embedded database and broker, a training worker, and a demo team and user.
-run: install web-migrate web-static web-demo-user web-serve
+# The web app with an embedded database and broker, a training worker, a demo team and user, and the docs at /docs/.
+run: install web-migrate web-static web-docs web-demo-user web-serve
 
 # The engine alone: trains the cpu-demo preset with the CLI.
 demo: install

@@ -1,5 +1,5 @@
 # The web platform's targets, included from the Makefile (which defines VENV, PY and `install`).
-# `make run` = install → web-migrate → web-static → web-demo-user → web-serve. With no DATABASE_URL and no
+# `make run` = install → web-migrate → web-static → web-docs → web-demo-user → web-serve. With no DATABASE_URL and no
 # CELERY_BROKER_URL everything is embedded (SQLite and a filesystem broker under var/); set them for PostgreSQL
 # and Redis.
 WEB_HOST ?= 127.0.0.1
@@ -7,16 +7,24 @@ WEB_PORT ?= 8000
 DEMO_TEAM ?= Demo team
 DEMO_USER ?= demo
 STATE_DIR := $(or $(INSPO_STATE_DIR),var)
+DOCS_DIR := $(or $(INSPO_DOCS_DIR),site)
 DEMO_LOGIN := $(STATE_DIR)/demo-password
 CELERY := $(VENV)/bin/celery -A webapp.config.celery --quiet
 
-.PHONY: web-migrate web-static web-demo-user web-serve
+.PHONY: web-migrate web-static web-docs web-demo-user web-serve
 
 web-migrate: install
 	@$(PY) manage.py migrate --noinput -v 0
 
 web-static: install frontend
 	$(PY) manage.py collectstatic --noinput -v 0
+
+# The documentation site, which the app serves at /docs/ (settings.INSPO_DOCS_DIR), built afresh each time (a few
+# seconds). A build that fails does not stop the app: /docs/ then says how to build it (`make docs` shows why).
+web-docs: install
+	@echo "mkdocs build into $(DOCS_DIR)/ (served at /docs/)"; mkdir -p "$(STATE_DIR)"; \
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --quiet --site-dir "$(DOCS_DIR)" 2>"$(STATE_DIR)/mkdocs.log" \
+		|| echo "the documentation did not build ($(STATE_DIR)/mkdocs.log says why): /docs/ may be missing or stale"
 
 # The password is made when the user is created and kept in $(DEMO_LOGIN) (mode 600) for web-serve to show.
 web-demo-user: web-migrate
@@ -51,7 +59,7 @@ define login_box
 	password=$$(cat "$(DEMO_LOGIN)" 2>/dev/null || echo "the one printed when it was created"); \
 	lines=("INSPO is running at http://$(WEB_HOST):$(WEB_PORT)/" \
 		"user: $(DEMO_USER)    password: $$password" \
-		"API docs: /api/docs/    admin: /admin/" \
+		"docs: /docs/    API docs: /api/docs/    admin: /admin/" \
 		"Ctrl-C stops it (so does kill -TERM to make)"); \
 	width=0; for line in "$${lines[@]}"; do (( $${#line} > width )) && width=$${#line}; done; \
 	rule=$$(printf '%*s' $$((width + 2)) '' | tr ' ' '-'); \

@@ -87,6 +87,9 @@ INSPO_DATA_DIR = env_path("INSPO_DATA_DIR", BASE_DIR / "data")
 there), shared ones under INSPO_SHARED_DATA_DIR; paths anywhere else are refused."""
 INSPO_ARCHIVE_DIR = env_path("INSPO_ARCHIVE_DIR", STATE_DIR / "archives")
 """Checkpoint archives, each built once on its first download and then sent as a file (see INSPO_ARCHIVE_SERVE)."""
+INSPO_DOCS_DIR = env_path("INSPO_DOCS_DIR", BASE_DIR / "site")
+"""The built documentation site (`make docs`, which `make run` runs), served to everyone at /docs/: only files inside
+this folder, never one a link leads out of it. Not built: /docs/ answers 404 with a page that says how to build it."""
 STATE_DIR.mkdir(parents=True, exist_ok=True)
 
 
