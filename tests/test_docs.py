@@ -156,7 +156,15 @@ def test_the_site_builds_with_mkdocs_strict(tmp_path: Path) -> None:
     )
 
     assert result.returncode == 0, result.stderr[-4000:]
-    assert (tmp_path / "site" / "configuration" / "index.html").is_file()
-    assert (tmp_path / "site" / "modules" / "index.html").is_file()
-    assert (tmp_path / "site" / "settings" / "index.html").is_file()
-    assert "/api/v1/runs/{run_id}/clone/" in (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
+    site = tmp_path / "site"
+    assert (site / "configuration.html").is_file()
+    assert (site / "modules.html").is_file()
+    assert (site / "settings.html").is_file()
+    assert "/api/v1/runs/{run_id}/clone/" in (site / "api.html").read_text(encoding="utf-8")
+    # Opened from disk, every link between pages names a file: none opens a folder (a directory listing).
+    folders = []
+    for page in sorted(site.rglob("*.html")):
+        for target in re.findall(r'href="([^"#]*)(?:#[^"]*)?"', page.read_text(encoding="utf-8")):
+            if target and not re.match(r"^[a-z][a-z0-9+.-]*:", target) and (page.parent / target).is_dir():
+                folders.append(f"{page.relative_to(site)} → {target}")
+    assert not folders, "links that open a folder from disk:\n" + "\n".join(folders[:20])
