@@ -222,14 +222,18 @@ function renderPopulation(root: HTMLElement, { population, run }: RunData): void
         h("tbody", {}, ...rows),
       ),
     ),
-    h("p", {
-      class: "muted",
-      text:
-        "Recent reward: the mean of the instruction's per-step mean rewards over the steps its weight counts (its " +
+    h(
+      "p",
+      { class: "muted" },
+      "Recent reward: the mean of the instruction's per-step mean rewards over the steps its weight counts (its " +
         "weight, when the population is weighted), with a 95 % t interval over the questions behind it. Where the " +
-        "intervals overlap, the weights differ by noise; the statistics page of the documentation says how many " +
-        "questions per instruction resolve a given difference.",
-    }),
+        "intervals overlap, the weights differ by noise; ",
+      h("a", {
+        href: "/docs/statistics.html#the-population-can-its-instructions-be-told-apart",
+        text: "the statistics page of the documentation",
+      }),
+      " says how many questions per instruction resolve a given difference.",
+    ),
   );
 }
 

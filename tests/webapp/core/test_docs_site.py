@@ -146,14 +146,20 @@ def test_the_data_page_links_to_its_documentation_page(client, alice, site):
     assert b'href="/docs/data.html"' in client.get(reverse("data:list")).content
 
 
-def test_every_documentation_link_of_the_templates_names_a_page_of_the_site():
-    """`{% url 'docs' 'x.html' %}#anchor` in a template: docs/x.md exists (mkdocs builds it as x.html with
-    use_directory_urls off) and has the heading; and no template says "in the documentation" without a link."""
+def test_every_documentation_link_of_the_pages_names_a_page_of_the_site():
+    """`{% url 'docs' 'x.html' %}#anchor` in a template, `"/docs/x.html#anchor"` in the dashboards' source: docs/x.md
+    exists (mkdocs builds it as x.html with use_directory_urls off) and has the heading; and no template says "in
+    the documentation" without a link."""
     templates = sorted(WEBAPP.rglob("templates/**/*.html"))
     links = [
         (template, match.group(1), match.group(2))
         for template in templates
         for match in re.finditer(r"\{% url 'docs' '([^']*)' %\}(?:#([\w-]+))?", template.read_text(encoding="utf-8"))
+    ]
+    links += [
+        (source, match.group(1), match.group(2))
+        for source in sorted((WEBAPP.parent / "frontend" / "src").rglob("*.ts"))
+        for match in re.finditer(r"[\"'`]/docs/([\w/.-]*)(?:#([\w-]+))?[\"'`]", source.read_text(encoding="utf-8"))
     ]
     unlinked = [
         template.name
@@ -162,7 +168,7 @@ def test_every_documentation_link_of_the_templates_names_a_page_of_the_site():
         if re.search(r"(in|of) the documentation", line) and "{% url 'docs'" not in line
     ]
 
-    assert len(links) >= 4
+    assert len(links) >= 5
     assert not unlinked
     for template, page, anchor in links:
         markdown = DOCS / (page.removesuffix(".html") + ".md" if page else "index.md")
