@@ -231,6 +231,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "libraries": {"sizes": "webapp.core.templatetags.sizes"},  # binary_size: MiB where filesizeformat says MB
         },
     },
 ]
