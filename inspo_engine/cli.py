@@ -52,7 +52,7 @@ from .events import (
     StepCompleted,
     read_events,
 )
-from .experiments import Experiment, experiment_from_dict
+from .experiments import BUILTIN_ARM_MEANINGS, BUILTIN_ARMS, Experiment, experiment_from_dict
 from .presets import PRESETS, preset
 from .tracking import TrackingSink, package_errors
 
@@ -153,8 +153,11 @@ def add_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override for every arm"
     )
+    meanings = "; ".join(f"{name}: {meaning}" for name, meaning in BUILTIN_ARM_MEANINGS.items())
     parser.add_argument(
-        "--arms", default="static,inspo,no-verify,random-pool", help="built-in arms, comma-separated (all four)"
+        "--arms",
+        default=",".join(BUILTIN_ARMS),
+        help=f"built-in arms, comma-separated (all {len(BUILTIN_ARMS)}): {meanings}",
     )
     parser.add_argument(
         "--arm",

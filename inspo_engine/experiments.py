@@ -34,6 +34,14 @@ BUILTIN_ARMS: dict[str, dict[str, Any]] = {
 `inspo` co-evolves the instructions, `no-verify` is INSPO without verification (the prune-and-expand ablation),
 `random-pool` samples INSPO's initial population uniformly and never optimises it (diversity alone)."""
 
+BUILTIN_ARM_MEANINGS: dict[str, str] = {
+    "static": "the seed instruction only (the Search-R1 baseline)",
+    "inspo": "co-evolves the instructions with the policy",
+    "no-verify": "INSPO without verification (prune and expand)",
+    "random-pool": "INSPO's initial population, sampled uniformly, never optimised",
+}
+"""Each built-in arm in one line, as `experiment --help` and the experiment form say it."""
+
 KEYLESS_PROVIDERS = ("rules", "local")
 """Optimizers that need no API key; random-pool's initial population comes from one (`rules` unless the run's own
 optimizer is one of these)."""
@@ -760,6 +768,7 @@ def _markdown_row(row: Mapping[str, Any]) -> str:
 
 __all__ = [
     "BUILTIN_ARMS",
+    "BUILTIN_ARM_MEANINGS",
     "EVALUATIONS_DIR",
     "MAX_BENCHMARKS",
     "EvalSpec",

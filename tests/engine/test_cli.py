@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -282,3 +283,16 @@ def test_a_repeated_eval_benchmark_evaluates_every_run_on_each_and_none_means_bu
     args = build_parser().parse_args([*command, "--eval-benchmark", "builtin", "--eval-benchmark", "nq.jsonl"])
     assert experiment_of(args).evaluation.benchmarks == ("builtin", "nq.jsonl")
     assert experiment_of(build_parser().parse_args(command)).evaluation.benchmarks == ("builtin",)
+
+
+def test_experiment_help_names_each_built_in_arm_with_its_meaning(capsys):
+    from inspo_engine.cli import build_parser
+    from inspo_engine.experiments import BUILTIN_ARM_MEANINGS, BUILTIN_ARMS
+
+    assert set(BUILTIN_ARM_MEANINGS) == set(BUILTIN_ARMS)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["experiment", "--help"])
+    text = re.sub(r"-\s+", "-", " ".join(capsys.readouterr().out.split()))  # argparse wraps lines, at hyphens too
+    for name, meaning in BUILTIN_ARM_MEANINGS.items():
+        assert f"{name}: {meaning}" in text
+    assert build_parser().parse_args(["experiment", "--out", "x"]).arms == "static,inspo,no-verify,random-pool"
