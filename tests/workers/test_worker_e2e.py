@@ -1,11 +1,14 @@
 """End to end: a real Celery worker process on Redis trains the `smoke` preset with the real torch backend (on the
 tiny random-weight Llama: SmolLM2's weights are not the point here; the CLI's smoke test trains SmolLM2), and
 the database then holds its steps, population history, lineage with critiques, a checkpoint whose sha256 matches
-the archive the API streams, and a best instruction that downloads."""
+the archive the API streams, and a best instruction that downloads; and the worker's log of that clean run and of its
+clean stop (SIGTERM) holds no ERROR or WARNING line."""
 
 from __future__ import annotations
 
 import hashlib
+import re
+import signal
 
 import pytest
 
@@ -60,3 +63,8 @@ def test_a_celery_worker_trains_the_smoke_preset_and_everything_lands_in_the_dat
     assert text.status_code == 200 and text.content.decode().strip() == run.best_instruction.text.strip()
     best = client.get(f"/api/v1/runs/{run.pk}/best-instruction/").json()
     assert best["instruction"]["lineage"][-1]["origin"] == "seed" and best["config"]["grpo"]["total_steps"] == 4
+
+    process.send_signal(signal.SIGTERM)  # a clean stop, as make run's and docker's
+    assert process.wait(timeout=60) == 0, log.read_text()[-4000:]
+    noise = re.compile(r" (ERROR|WARNING|CRITICAL)/|\w+Warning: |Traceback")  # logged, or a Python warning
+    assert not [line for line in log.read_text().splitlines() if noise.search(line)], log.read_text()[-4000:]
