@@ -112,15 +112,17 @@ def _cpu_demo() -> dict[str, Any]:
 def _quick() -> dict[str, Any]:
     """A first run that shows learning in minutes: the cpu-demo (its reward, openings and population) with 12 steps
     of 4 questions × 4 replies, evolutions at steps 4 and 8 verified on 4 questions, and an evaluation on 32 test
-    questions before the first step (the untrained policy) and after the last. The reward of the last steps is
-    clearly above the first, most of it format credit: so short a run mostly teaches the protocol; over seeds 0-2 its
-    evaluation on the 195 test questions went from EM 0.000 to 0.06-0.10 (docs/quickstart.md has the numbers)."""
+    questions before the first step (the untrained policy) and after the last; it keeps the checkpoints of steps 6
+    and 12, the two a heatmap needs to tell whether the best instruction changes as the policy learns. The reward of
+    the last steps is clearly above the first, most of it format credit: so short a run mostly teaches the protocol;
+    over seeds 0-2 its evaluation on the 195 test questions went from EM 0.000 to 0.06-0.10 (docs/quickstart.md has
+    the numbers)."""
     config = _cpu_demo()
     config["grpo"].update(total_steps=12, group_size=4, batch_size=4, mini_batch_size=4, micro_batch_size=4)
     config["population"].update(prune_every=4)
     config["evolution"].update(evolve_every=4, evolve_until=8, verify_samples=4, max_verify_rounds=1)
     config["eval"].update(eval_samples=32, eval_at_start=True)
-    config["checkpoint"].update(checkpoint_every=6, keep_last=1)
+    config["checkpoint"].update(checkpoint_every=6, keep_last=2)  # steps 6 and 12: a heatmap's two columns
     return config
 
 

@@ -128,6 +128,8 @@ def test_the_quick_preset_is_the_cpu_demo_made_smaller_and_evolves_within_its_st
     assert quick.env == demo.env and quick.population.initial_instructions == demo.population.initial_instructions
     assert quick.evolution_steps() and max(quick.evolution_steps()) < quick.grpo.total_steps
     assert 0 < quick.eval.eval_samples <= 32
+    kept = range(quick.checkpoint.checkpoint_every, quick.grpo.total_steps + 1, quick.checkpoint.checkpoint_every)
+    assert len(kept) >= 2 and quick.checkpoint.keep_last >= 2  # a heatmap's two checkpoints are still on disk
 
 
 def test_an_unknown_preset_names_the_choices():

@@ -331,6 +331,15 @@ def test_the_run_page_offers_members_the_form_with_the_heaviest_checked_and_view
     assert "ins-0001 · weight 0.100 · pruned at step 2 · " in page
     viewer = signed_in(victor).get(reverse("runs:detail", kwargs={"run_id": run.pk})).content.decode()
     assert 'data-testid="heatmaps"' in viewer and 'data-testid="heatmap-form"' not in viewer
+    assert 'data-testid="heatmap-one-checkpoint"' not in page
+
+
+def test_the_form_says_when_the_run_kept_one_checkpoint_so_its_heatmap_has_one_column(run, alice):
+    run.checkpoints.filter(step=2).update(available=False)
+    page = signed_in(alice).get(reverse("runs:detail", kwargs={"run_id": run.pk})).content.decode()
+    assert checkboxes(page, "steps") == (["4"], ["4"])
+    note = re.search(r'data-testid="heatmap-one-checkpoint">(.*?)</p>', page)
+    assert note and "one checkpoint" in note.group(1) and "checkpoint.keep_last" in note.group(1)
 
 
 def test_the_page_form_queues_a_heatmap_and_a_viewer_is_refused(
