@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { cellGrid, costLine, emColour, lightText } from "../src/transforms/heatmap";
+import { cellGrid, costLine, emColour, lightText, openingNote, rowTextTitle } from "../src/transforms/heatmap";
+import { sharedOpening, wordsThatDiffer } from "../src/transforms/wordDiff";
 import type { Heatmap, HeatmapCell } from "../src/types";
 
 function cell(row: number, column: number, em: number | null): HeatmapCell {
@@ -94,5 +95,25 @@ describe("costLine", () => {
     expect(costLine(1, 1, 1, 5000).text).toBe(
       "1 instruction × 1 checkpoint = 1 cell × 1 question = 1 greedy answer (at most 5000).",
     );
+  });
+});
+
+describe("openingNote and rowTextTitle", () => {
+  const texts = ["Search first, then answer.", "Search first, then answer. Keep it short."];
+
+  it("say what a row shows when the rows share an opening, and what (same text) means", () => {
+    const opening = sharedOpening(texts);
+    const labels = texts.map((text) => wordsThatDiffer(text, opening, 8));
+    expect(labels).toEqual(["(same text)", "… answer. Keep it short."]);
+    const note = openingNote(opening);
+    expect(note).toContain("“Search first, then answer.”");
+    expect(note).toContain("“(same text)” marks an instruction that is the opening and nothing more");
+    expect(openingNote("a b c d e f g h", 3)).toContain("“a b c …”");
+    expect(rowTextTitle(labels[0] ?? "")).toMatch(/opening every row shares/);
+    expect(rowTextTitle(labels[1] ?? "")).toBeNull();
+  });
+
+  it("say nothing when the rows share no opening", () => {
+    expect(openingNote(sharedOpening(["a b", "c d"]))).toBe("");
   });
 });

@@ -4,7 +4,7 @@
 
 import { Api, describeError } from "../api";
 import { byTestId, fill, formatNumber, h } from "../dom";
-import { cellGrid, costLine, emColour, lightText } from "../transforms/heatmap";
+import { cellGrid, costLine, emColour, lightText, openingNote, rowTextTitle } from "../transforms/heatmap";
 import { sharedOpening, wordsThatDiffer } from "../transforms/wordDiff";
 import type { Heatmap, HeatmapAnswer, HeatmapCell, HeatmapCellDetail } from "../types";
 import { renderResponse } from "./response";
@@ -83,8 +83,10 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
     ...heatmap.columns.map((column) => h("th", { scope: "col", class: "num", text: `step ${column.step}` })),
   );
   const opening = sharedOpening(heatmap.rows.map((row) => row.text));
-  const rows = heatmap.rows.map((row, r) =>
-    h(
+  const rows = heatmap.rows.map((row, r) => {
+    const label = opening ? wordsThatDiffer(row.text, opening, 8) : snippet(row.text);
+    const labelTitle = rowTextTitle(label);
+    return h(
       "tr",
       {},
       h(
@@ -95,12 +97,14 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
         h("span", {
           class: "heatmap-text muted",
           "data-testid": `heatmap-row-text-${row.id}`,
-          text: opening ? wordsThatDiffer(row.text, opening, 8) : snippet(row.text),
+          text: label,
+          ...(labelTitle ? { title: labelTitle } : {}),
         }),
       ),
       ...(grid[r] ?? []).map((cell) => cellTd(heatmap, cell, open)),
-    ),
-  );
+    );
+  });
+  const note = openingNote(opening);
   return h(
     "article",
     { class: "heatmap", "data-testid": "heatmap", "data-heatmap-id": heatmap.id, "data-status": heatmap.status },
@@ -111,6 +115,7 @@ function renderHeatmap(heatmap: Heatmap, open: (heatmap: Heatmap, cell: HeatmapC
       { class: "table-wrap" },
       h("table", { class: "heatmap-grid" }, h("thead", {}, header), h("tbody", {}, ...rows)),
     ),
+    note ? h("p", { class: "muted", "data-testid": "heatmap-opening-note", text: note }) : null,
     h("p", {
       class: "muted",
       text: "Colour and number: exact match (EM) of the instruction's greedy answers with that checkpoint's policy; ★ the best of its column. Click a cell for its answers.",

@@ -46,3 +46,20 @@ export function costLine(
   if (answers > maxAnswers) return { text: `${base}: more than the ${maxAnswers} a heatmap may cost.`, allowed: false };
   return { text: `${base} (at most ${maxAnswers}).`, allowed: true };
 }
+
+/** What `wordsThatDiffer` answers for a text that repeats its reference word for word. */
+export const SAME_TEXT = "(same text)";
+
+/** What a row's label shows when the rows share an opening: the words after it, and "(same text)" for an
+ * instruction that is that opening with nothing after it. The line under the grid says so; "" when they share none. */
+export function openingNote(opening: string, words = 6): string {
+  if (!opening) return "";
+  const split = opening.split(/\s+/).filter(Boolean);
+  const shown = split.slice(0, words).join(" ") + (split.length > words ? " …" : "");
+  return `Every instruction here opens with “${shown}”: each row shows the words after that opening, and “(same text)” marks an instruction that is the opening and nothing more. Hover a row for its whole text.`;
+}
+
+/** The title of a row's label: what "(same text)" means where it stands for the shared opening. */
+export function rowTextTitle(label: string): string | null {
+  return label === SAME_TEXT ? "This instruction is the opening every row shares, with nothing after it" : null;
+}
