@@ -1,12 +1,14 @@
 """`make web-serve` (the foreground part of `make run`) for real: gunicorn and both Celery workers on the embedded
 SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a
-SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short;
-the address and the demo login come last, in a box. `make install` keeps pip's output unless a step fails."""
+SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short
+and holds no WARNING or ERROR line; the address and the demo login come last, in a box. `make install` keeps pip's
+output unless a step fails."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -127,6 +129,8 @@ def assert_short_log(served: Served, *, warm_shutdowns: int = 2) -> None:
     assert "RecursionError" not in text, text[-3000:]
     assert len(lines) < 200, f"{len(lines)} lines:\n" + "\n".join(lines[-60:])
     assert text.count("Warm shutdown") <= warm_shutdowns, text[-3000:]
+    noise = re.compile(r" (ERROR|WARNING|CRITICAL)/|\[(ERROR|WARNING|CRITICAL)\]|\w+Warning: |Traceback")
+    assert not [line for line in lines if noise.search(line)], text[-3000:]  # a clean start and stop: no noise
 
 
 def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served) -> None:

@@ -58,3 +58,9 @@ class Transport(filesystem.Transport):
     """kombu's filesystem transport with `Channel`'s ordered message names."""
 
     Channel = Channel
+
+    @property
+    def default_connection_params(self) -> dict[str, Any]:
+        """No default host: a folder of messages has none, and kombu logged a WARNING on every worker start that it
+        reverted to 'localhost' (a clean run's log has none, docs/platform.md)."""
+        return {"port": self.default_port}
