@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from types import FrameType
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db import connection
 from django.utils import timezone
@@ -59,6 +59,47 @@ _IN_POOL_CHILD = [False]
 def mark_pool_child() -> None:
     """Called in each of the pool's child processes as it starts."""
     _IN_POOL_CHILD[0] = True
+
+
+_BUSY = [False]
+"""Whether the pool's child runs a task (between Celery's task_prerun and task_postrun)."""
+
+
+def note_task(*, running: bool) -> None:
+    """Called in a pool's child as each task starts and ends."""
+    _BUSY[0] = running
+
+
+_POOL_SIGTERM: list[Callable[[int, FrameType | None], Any] | int | None] = [None]
+"""The SIGTERM handler billiard gives a pool's child (it exits through `finally` blocks), which a busy child keeps."""
+
+
+def idle_child_sigterm(signum: int, frame: FrameType | None) -> None:
+    """A pool child's SIGTERM handler (`quiet_idle_child`). Between tasks the child exits at once with status 0: a
+    SIGTERM to the whole process group (systemd stopping the unit, `kill -- -PGID`) reaches the idle child too, and
+    dying of it made the main process log `ERROR … Process 'ForkPoolWorker-2' … exited with 'signal 15 (SIGTERM)'` on
+    a clean stop. The main process replaces a child that exits, or is stopping itself. During a task billiard's
+    handler takes it, as before (`sigterm_asks_to_stop` takes the first one in a run)."""
+    pool_handler = _POOL_SIGTERM[0]
+    if _BUSY[0] and callable(pool_handler):
+        pool_handler(signum, frame)
+        return
+    os._exit(0)
+
+
+def quiet_idle_child() -> None:
+    """Called in each of the pool's child processes as Celery initialises it: once billiard has set the child's
+    signal handlers (right after Celery's initialiser returns), SIGTERM goes to `idle_child_sigterm`."""
+    import billiard.pool  # type: ignore[import-untyped]
+
+    reset_signals = billiard.pool.reset_signals
+
+    def reset_then_quiet(*args: Any, **kwargs: Any) -> None:
+        reset_signals(*args, **kwargs)
+        _POOL_SIGTERM[0] = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, idle_child_sigterm)
+
+    billiard.pool.reset_signals = reset_then_quiet
 
 
 @contextmanager

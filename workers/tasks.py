@@ -4,8 +4,8 @@ ids only and calls one function of `workers.training`, `workers.evaluation`, `wo
 or `webapp.runs.lifecycle`; time limits come from settings.
 
 The worker's signals: a warm shutdown (SIGTERM or Ctrl-C to the main process) and a SIGTERM to a pool's child
-both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); a worker
-that starts again under the same name fails what it held before.
+both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); an idle
+child that gets a SIGTERM exits quietly; a worker that starts again under the same name fails what it held before.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task
-from celery.signals import worker_process_init, worker_ready, worker_shutting_down
+from celery.signals import task_postrun, task_prerun, worker_process_init, worker_ready, worker_shutting_down
 from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
@@ -26,7 +26,7 @@ from webapp.runs.tasks import EVALUATION_TASK, HEATMAP_TASK, TRAINING_TASK
 from .evaluation import evaluation_execute
 from .heatmap import heatmap_execute
 from .indexing import index_execute
-from .liveness import mark_pool_child, request_shutdown, sigterm_asks_to_stop
+from .liveness import mark_pool_child, note_task, quiet_idle_child, request_shutdown, sigterm_asks_to_stop
 from .training import run_execute
 
 log = logging.getLogger(__name__)
@@ -96,3 +96,14 @@ def stop_work_in_progress(sender: Any = None, **kwargs: Any) -> None:
 @worker_process_init.connect
 def note_pool_child(sender: Any = None, **kwargs: Any) -> None:
     mark_pool_child()
+    quiet_idle_child()
+
+
+@task_prerun.connect
+def note_task_started(sender: Any = None, **kwargs: Any) -> None:
+    note_task(running=True)
+
+
+@task_postrun.connect
+def note_task_ended(sender: Any = None, **kwargs: Any) -> None:
+    note_task(running=False)

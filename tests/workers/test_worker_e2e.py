@@ -1,8 +1,9 @@
 """End to end: a real Celery worker process on Redis trains the `smoke` preset with the real torch backend (on the
 tiny random-weight Llama: SmolLM2's weights are not the point here; the CLI's smoke test trains SmolLM2), and
 the database then holds its steps, population history, lineage with critiques, a checkpoint whose sha256 matches
-the archive the API streams, and a best instruction that downloads; and the worker's log of that clean run and of its
-clean stop (SIGTERM) holds no ERROR or WARNING line."""
+the archive the API streams, and a best instruction that downloads; and the worker's log of that clean run, of a
+SIGTERM to its idle pool child (as a process-group kill sends) and of its clean stop (SIGTERM) holds no ERROR or
+WARNING line."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import re
 import signal
 
+import psutil
 import pytest
 
 from tests.celery_worker import wait_until_done
@@ -64,6 +66,11 @@ def test_a_celery_worker_trains_the_smoke_preset_and_everything_lands_in_the_dat
     best = client.get(f"/api/v1/runs/{run.pk}/best-instruction/").json()
     assert best["instruction"]["lineage"][-1]["origin"] == "seed" and best["config"]["grpo"]["total_steps"] == 4
 
+    idle = psutil.Process(process.pid).children()  # the pool's child, idle now: a group's SIGTERM reaches it too
+    assert idle
+    for child in idle:
+        child.send_signal(signal.SIGTERM)  # it exits quietly, and the main process replaces it
+    psutil.wait_procs(idle, timeout=10)
     process.send_signal(signal.SIGTERM)  # a clean stop, as make run's and docker's
     assert process.wait(timeout=60) == 0, log.read_text()[-4000:]
     noise = re.compile(r" (ERROR|WARNING|CRITICAL)/|\w+Warning: |Traceback")  # logged, or a Python warning
