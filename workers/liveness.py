@@ -75,7 +75,7 @@ _POOL_SIGTERM: list[Callable[[int, FrameType | None], Any] | int | None] = [None
 
 
 def idle_child_sigterm(signum: int, frame: FrameType | None) -> None:
-    """A pool child's SIGTERM handler (`quiet_idle_child`). Between tasks the child exits at once with status 0: a
+    """A pool child's SIGTERM handler (`quiet_idle_child`). Between tasks the child exits with status 0: a
     SIGTERM to the whole process group (systemd stopping the unit, `kill -- -PGID`) reaches the idle child too, and
     dying of it made the main process log `ERROR … Process 'ForkPoolWorker-2' … exited with 'signal 15 (SIGTERM)'` on
     a clean stop. The main process replaces a child that exits, or is stopping itself. During a task billiard's
@@ -84,7 +84,7 @@ def idle_child_sigterm(signum: int, frame: FrameType | None) -> None:
     if _BUSY[0] and callable(pool_handler):
         pool_handler(signum, frame)
         return
-    os._exit(0)
+    sys.exit(0)  # through `finally` blocks, as billiard's own handler: they release the pool's queue locks
 
 
 def quiet_idle_child() -> None:
