@@ -11,7 +11,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from inspo_engine.config import TRACKERS
-from inspo_engine.env.rewards import exact_match
 from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
@@ -405,16 +404,12 @@ class TrajectoryOutputSerializer(serializers.Serializer[Any]):
     response = serializers.CharField(allow_blank=True)
     answer = serializers.CharField(allow_null=True, allow_blank=True)
     reward = serializers.FloatField()
-    correct = serializers.SerializerMethodField(
+    correct = serializers.BooleanField(
         help_text="Whether the answer is an exact match of a gold answer: a reward above 0 may be format credit only."
     )
     tool_calls = serializers.IntegerField()
     response_tokens = serializers.IntegerField()
     error = serializers.CharField(allow_null=True)
-
-    @extend_schema_field(serializers.BooleanField())
-    def get_correct(self, trajectory: dict[str, Any]) -> bool:
-        return bool(exact_match(trajectory.get("answer"), trajectory.get("golden_answers") or []))
 
 
 class TrajectoryPageOutputSerializer(serializers.Serializer[Any]):

@@ -17,6 +17,7 @@ from django.db.models import Avg, Count, QuerySet
 from django.http import Http404
 
 from inspo_engine.config import PopulationConfig
+from inspo_engine.env.rewards import exact_match
 from webapp.accounts.models import Team
 from webapp.accounts.permissions import AnyUser
 from webapp.core.errors import InvalidInput
@@ -349,6 +350,7 @@ def run_trajectories(*, run: Run, step: int | None = None) -> dict[str, Any]:
                 "response": t.response,
                 "answer": t.answer,
                 "reward": t.reward,
+                "correct": bool(exact_match(t.answer, t.golden_answers or [])),
                 "tool_calls": t.tool_calls,
                 "response_tokens": t.response_tokens,
                 "error": t.error or None,
