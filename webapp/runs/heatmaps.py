@@ -324,7 +324,8 @@ def heatmap_cell(*, heatmap: Heatmap, cell_id: int) -> dict[str, Any]:
     cell = HeatmapCell.objects.select_related("instruction", "checkpoint").filter(heatmap=heatmap, pk=cell_id).first()
     if cell is None:
         raise Http404("no such cell")
-    return {**_cell(cell), "instruction_text": cell.instruction.text, "trajectories": cell.trajectories}
+    answers = [{**answer, "correct": answer.get("em") == 1.0} for answer in cell.trajectories]
+    return {**_cell(cell), "instruction_text": cell.instruction.text, "trajectories": answers}
 
 
 def heatmap_best_by_step(*, heatmap_id: int) -> dict[str, list[str]]:
