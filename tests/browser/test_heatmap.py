@@ -86,6 +86,12 @@ def test_a_member_prices_starts_and_reads_a_heatmap_on_the_run_page(
     child = page.get_by_test_id("heatmap-row-text-ins-0001").inner_text()
     assert "Reply with the answer only" in child, child
     assert page.get_by_test_id("heatmap-row-text-ins-0000").inner_text() != child
+    same = page.get_by_test_id("heatmap-row-text-ins-0000")  # the seed is the shared opening and nothing more
+    assert same.inner_text() == "(same text)" and "the opening every row shares" in (same.get_attribute("title") or "")
+    assert (
+        "“(same text)” marks an instruction that is the opening"
+        in page.get_by_test_id("heatmap-opening-note").inner_text()
+    )
     done = page.locator('[data-testid="heatmap-cell"][data-done]')
     assert done.count() == 4
     em = heatmap.cells.get(instruction__key="ins-0001", checkpoint__step=4).em
