@@ -123,6 +123,8 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
         assert headers[0] == "Metric" and headers[-1] == "Avg." and set(headers[1:-1]) == {"data:bench@1", "builtin"}
         em = table.get_by_test_id("table-row-em").locator("td").all_inner_texts()
         assert len(em) == 3 and all(text.replace(".", "", 1).isdigit() for text in em)
+        size = page.get_by_test_id("download-checkpoint").first.inner_text()  # the tiny model's: tens of MiB
+        assert size.startswith(".tar, ") and size.endswith("MiB"), size  # binary units, named as such
         pages.assert_no_errors("data page, run form and run page")
     finally:
         worker.stop()
