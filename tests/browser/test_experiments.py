@@ -74,6 +74,10 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     verdict = page.locator('[data-testid="verdict"][data-arm="inspo"]')
     assert verdict.inner_text().startswith("inspo − static:") and "over 2 seeds × 8 questions" in verdict.inner_text()
     assert page.get_by_test_id("arm-em").count() == 2
+    # The random-weight Llama answers no question right in either arm: every paired difference is 0, and the page
+    # says the interval cannot be estimated rather than showing [+0.0, +0.0] as a finding (#45 item 6).
+    assert "so the interval cannot be estimated" in verdict.inner_text()
+    assert "no variance" in page.get_by_test_id("arm-difference").last.inner_text()
     assert page.get_by_test_id("experiment-state").inner_text() == "finished"
     assert page.get_by_test_id("cancel-experiment").count() == 0
     page.locator('[data-testid="chart-experiment-reward"] canvas').wait_for()
