@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from inspo_engine import config as config_module
-from inspo_engine.config import BOUNDS, RunConfig, field_paths
+from inspo_engine.config import RunConfig, field_paths
+from inspo_engine.config_fields import BOUNDS
 
 DOCS = Path(__file__).resolve().parent
 LONG_DEFAULT = 60

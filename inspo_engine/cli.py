@@ -31,7 +31,8 @@ from .checkpoints import (
     latest_checkpoint,
     read_state,
 )
-from .config import ConfigError, RunConfig, field_paths, parse_override
+from .config import RunConfig, field_paths
+from .config_fields import ConfigError, parse_override
 from .control import TARGETED, ControlRequest, FileControlChannel, Inject, Pin, Retire, Unpin, request_to_dict
 from .environ import api_key_from_env, cache_dir_from_env
 from .events import (

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .coevolution import EVALUATIONS_DIR, evaluation_file, read_answers
-from .config import ConfigError, FieldError, RunConfig, resolve_key
+from .config import RunConfig, resolve_key
+from .config_fields import ConfigError, FieldError
 from .events import Event, RunFinished, RunStarted, StepCompleted, read_events
 from .machine import described, same_machine_groups
 from .presets import PRESETS, preset

@@ -6,7 +6,8 @@ import copy
 import typing
 from typing import Any
 
-from .config import PAPER_BENCHMARKS, SEED_INSTRUCTION, ConfigError, FieldError, RunConfig
+from .config import PAPER_BENCHMARKS, SEED_INSTRUCTION, RunConfig
+from .config_fields import ConfigError, FieldError
 
 
 def _paper() -> dict[str, Any]:

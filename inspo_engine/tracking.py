@@ -24,7 +24,8 @@ from urllib.parse import quote
 
 import httpx
 
-from .config import FieldError, RunConfig, TrackingConfig
+from .config import RunConfig, TrackingConfig
+from .config_fields import FieldError
 from .events import (
     EvalCompleted,
     Event,

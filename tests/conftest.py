@@ -336,7 +336,7 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    from inspo_engine.backends.torch.model import SMOLLM2, resolve_model
+    from inspo_engine.models import SMOLLM2, resolve_model
 
     target = tmp_path_factory.mktemp("models") / "tiny-llama"
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(SMOLLM2, ROOT / "cache" / "test-models"))

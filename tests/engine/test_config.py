@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from inspo_engine.config import SCHEMA_VERSION, ConfigError, RunConfig, parse_override
+from inspo_engine.config import SCHEMA_VERSION, RunConfig
+from inspo_engine.config_fields import ConfigError, parse_override
 from inspo_engine.presets import PRESETS, preset
 
 

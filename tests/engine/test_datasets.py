@@ -111,7 +111,8 @@ def test_the_loader_refuses_a_split_that_is_a_path_before_it_opens_anything(tmp_
 
 
 def test_the_config_refuses_a_split_that_is_not_a_name():
-    from inspo_engine.config import ConfigError, RunConfig
+    from inspo_engine.config import RunConfig
+    from inspo_engine.config_fields import ConfigError
 
     assert RunConfig.from_dict({"eval": {"split": "dev-2.v1"}}).eval.split == "dev-2.v1"
     for split in ("../teams/2/private/test", "x/../y", "", "test\n", "a" * 65):
@@ -121,7 +122,8 @@ def test_the_config_refuses_a_split_that_is_not_a_name():
 
 
 def test_names_that_end_in_a_newline_are_refused():
-    from inspo_engine.config import ConfigError, RunConfig
+    from inspo_engine.config import RunConfig
+    from inspo_engine.config_fields import ConfigError
     from inspo_engine.experiments import experiment_from_dict
 
     for fields in ({"project": "nl\n"}, {"wandb_secret": "key\n"}, {"mlflow_uri": "https://m.example\n"}):

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from inspo_engine.checkpoints import latest_checkpoint
 from inspo_engine.coevolution import CoEvolution
-from inspo_engine.config import SEED_INSTRUCTION, ConfigError, RunConfig
+from inspo_engine.config import SEED_INSTRUCTION, RunConfig
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.diversity import (
     CollapseMonitor,
     DiversityTracker,

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from inspo_engine.coevolution import CoEvolution
-from inspo_engine.config import ConfigError
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.events import JsonlSink, Overhead, RunFinished, RunStarted, StepCompleted, read_events
 from inspo_engine.experiments import (
     BUILTIN_ARMS,

@@ -28,15 +28,8 @@ from inspo_engine.backends.torch.losses import (
     token_clipped_loss,
 )
 from inspo_engine.backends.torch.samples import TrainSample
-from inspo_engine.config import (
-    LOSS_AGGREGATION,
-    ConfigError,
-    GRPOConfig,
-    GRPOLoss,
-    RunConfig,
-    loss_norm_tokens,
-    reward_scaling,
-)
+from inspo_engine.config import LOSS_AGGREGATION, GRPOConfig, GRPOLoss, RunConfig, loss_norm_tokens, reward_scaling
+from inspo_engine.config_fields import ConfigError
 
 F64 = torch.float64
 EPS, EPS_HIGH, BETA, NORM = 0.2, 0.28, 0.1, 10

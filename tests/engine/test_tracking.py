@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from inspo_engine import tracking
-from inspo_engine.config import ConfigError, RunConfig
+from inspo_engine.config import RunConfig
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.events import (
     CandidateInfo,
     EvalCompleted,

@@ -13,7 +13,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from inspo_engine.config import ConfigError, resolve_key
+from inspo_engine.config import resolve_key
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.experiments import EXPERIMENT_FIELDS, arm_config, experiment_from_dict
 from inspo_engine.experiments import Experiment as EngineExperiment
 from webapp.accounts.models import Role, Team, User

@@ -13,7 +13,8 @@ from typing import Any
 
 from django.conf import settings
 
-from inspo_engine.config import ConfigError, FieldError, RunConfig, TrackingConfig, resolve_key
+from inspo_engine.config import RunConfig, TrackingConfig, resolve_key
+from inspo_engine.config_fields import ConfigError, FieldError
 from inspo_engine.models import SMOLLM2
 from inspo_engine.presets import PRESETS
 from inspo_engine.schedule import phases_for

@@ -19,7 +19,8 @@ from django.db import DatabaseError, transaction
 
 from inspo_engine import events as ev
 from inspo_engine.checkpoints import CHECKPOINT_NAME, CHECKPOINTS_DIR
-from inspo_engine.config import ConfigError, RunConfig
+from inspo_engine.config import RunConfig
+from inspo_engine.config_fields import ConfigError
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import InvalidInput, ServiceError

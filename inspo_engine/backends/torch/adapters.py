@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerBase
 
-from .model import SMOLLM2
+from ...models import SMOLLM2
 
 ADAPTER_CONFIG = "adapter_config.json"
 """peft's description of an adapter directory: its rank, targets and the base model's name."""

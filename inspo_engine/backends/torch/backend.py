@@ -12,17 +12,18 @@ from pathlib import Path
 
 import torch
 
-from ...checkpoints import MERGED_DIR, OPTIMIZER_DIR
+from ...checkpoints import MERGED_DIR, OPTIMIZER_DIR, POLICY_DIR
 from ...config import RunConfig, loss_norm_tokens, reward_scaling
 from ...env.protocol import Retriever
 from ...env.rewards import REWARDS
+from ...models import resolve_model
+from ...policy import QuestionResult, UpdateResult
 from ...types import Question, RolloutRequest, Trajectory
-from ..base import POLICY_DIR, QuestionResult, UpdateResult
 from . import heap
 from .adapters import is_adapter, load_adapter, name_the_base, save_merged
 from .grpo import FORWARD_TOKENS, GRPOTrainer
 from .losses import scaled_advantages
-from .model import load_policy, pick_device, resolve_model
+from .model import load_policy, pick_device
 from .precision import NARROW_DTYPES, plan, resolve
 from .rollout import RolloutEngine, RolloutSettings
 from .samples import RolloutSample, TrainSample

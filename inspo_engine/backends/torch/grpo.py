@@ -32,7 +32,7 @@ from torch import nn
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from ...config import GRPOConfig
-from ..base import UpdateResult
+from ...policy import UpdateResult
 from .logits import (
     CausalLMParts,
     head_gradient_into_grad,

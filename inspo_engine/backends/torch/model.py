@@ -1,7 +1,6 @@
 """Loading the policy model and picking its device; it knows nothing about training or prompts.
 
-Which directory a model name means, and the built-in model's cache, are `inspo_engine.models`' (it needs no torch);
-its names are repeated here for the backend and its tests.
+Which directory a model name means, and the built-in model's cache, are `inspo_engine.models`' (it needs no torch).
 """
 
 from __future__ import annotations
@@ -11,16 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ...models import SMOLLM2, ModelNotFoundError, resolve_model
-
-__all__ = [
-    "SMOLLM2",
-    "DeviceUnavailableError",
-    "ModelNotFoundError",
-    "load_policy",
-    "pick_device",
-    "resolve_model",
-]
+__all__ = ["DeviceUnavailableError", "load_policy", "pick_device"]
 
 
 class DeviceUnavailableError(RuntimeError):

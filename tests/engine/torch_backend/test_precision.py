@@ -14,7 +14,8 @@ from inspo_engine.backends.torch.losses import group_advantages
 from inspo_engine.backends.torch.model import load_policy
 from inspo_engine.backends.torch.precision import native_bfloat16, plan, resolve
 from inspo_engine.backends.torch.samples import TrainSample
-from inspo_engine.config import ConfigError, GRPOConfig, RunConfig
+from inspo_engine.config import GRPOConfig, RunConfig
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.models import SMOLLM2, resolve_model
 from inspo_engine.presets import preset
 

@@ -14,7 +14,8 @@ from inspo_engine.backends.torch.losses import grpo_loss, rollout_mismatch, tis_
 from inspo_engine.backends.torch.prefix import padded_layout
 from inspo_engine.backends.torch.rollout import RolloutEngine, RolloutSettings
 from inspo_engine.backends.torch.samples import TrainSample
-from inspo_engine.config import ConfigError, GRPOConfig, RunConfig
+from inspo_engine.config import GRPOConfig, RunConfig
+from inspo_engine.config_fields import ConfigError
 from inspo_engine.types import Question
 
 from .conftest import EchoRetriever

@@ -1,5 +1,5 @@
-"""Fixtures for the verl backend's tests: the SmolLM2 tokenizer the project ships, a tiny randomly initialised
-Llama with its vocabulary, a fake verl server manager that generates with it, and a real /retrieve server."""
+"""Fixtures for the verl backend's tests: the session's tiny random-weight Llama over SmolLM2's
+tokenizer, a fake verl server manager that generates with it, and a real /retrieve server."""
 
 from __future__ import annotations
 
@@ -9,45 +9,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from inspo_engine.env.protocol import Passage, Retriever
 from inspo_engine.env.server import make_retrieval_server
-from inspo_engine.models import SMOLLM2, resolve_model
-
-CACHE_DIR = Path(__file__).resolve().parents[3] / "cache" / "test-models"
 
 
 @pytest.fixture(scope="session")
-def smollm2_dir() -> Path:
-    """SmolLM2-135M-Instruct as a Hugging Face directory (dequantised once from the packaged GGUF file)."""
-    return resolve_model(SMOLLM2, CACHE_DIR)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(smollm2_dir: Path) -> Any:
+def tokenizer(tiny_llama_dir: Path) -> Any:
+    """SmolLM2's tokenizer, as saved beside the session's tiny Llama."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(smollm2_dir)
+    return AutoTokenizer.from_pretrained(tiny_llama_dir)
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tokenizer: Any) -> Any:
-    """A 2-layer, 64-wide Llama with random weights over SmolLM2's vocabulary: real forward passes, nonsense text."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def tiny_model(tiny_llama_dir: Path) -> Any:
+    """The session's tiny random-weight Llama over SmolLM2's vocabulary (`tiny_llama_dir`): real forward passes,
+    nonsense text."""
+    from transformers import LlamaForCausalLM
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        eos_token_id=tokenizer.eos_token_id,
-    )
-    return LlamaForCausalLM(config).eval()
+    return LlamaForCausalLM.from_pretrained(tiny_llama_dir).eval()
 
 
 class EchoRetriever:
