@@ -69,6 +69,8 @@ class TorchBackend:
             raise ValueError(f"{adapter} holds LoRA adapters, but this config has grpo.use_lora off")
         path = resolve_model(backend.model, cache_dir) if adapter is not None or model_path is None else model_path
         self.model_name = backend.model
+        self.base_path = path
+        """The directory the policy's weights were loaded from (with LoRA: the frozen base the adapters sit on)."""
         self.total_steps = config.grpo.total_steps
         # the CPU's pass budget bounds its heap; a GPU runs larger passes (more work per kernel, same results)
         forward_tokens = FORWARD_TOKENS if self.on_cpu else GPU_FORWARD_TOKENS
@@ -173,7 +175,7 @@ class TorchBackend:
         if peft is not None:
             name_the_base(directory / POLICY_DIR, self.model_name)
             if self.trainer.steps_done >= self.total_steps:
-                save_merged(peft, self.tokenizer, directory / MERGED_DIR, dtype=self.precision.master)
+                save_merged(peft, self.base_path, self.tokenizer, directory / MERGED_DIR, dtype=self.precision.master)
 
     def load(self, directory: Path) -> None:
         if not (directory / TRAINING_DIR).is_dir():

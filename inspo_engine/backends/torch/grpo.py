@@ -33,6 +33,7 @@ from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokeni
 
 from ...config import GRPOConfig
 from ...policy import UpdateResult
+from .adapters import wrap_lora
 from .logits import (
     CausalLMParts,
     head_gradient_into_grad,
@@ -61,8 +62,6 @@ SCHEMA_VERSION = 1
 """Version of `trainer_state.pt`; loading refuses newer ones."""
 TRAINER_STATE_FILE = "trainer_state.pt"
 LORA_ADAPTER_FILE = "adapter_model.safetensors"
-LORA_TARGETS = "all-linear"
-"""peft's name for every linear layer except the output head: the attention and MLP projections."""
 
 FORWARD_TOKENS = 1024
 """Default most tokens of one training forward/backward pass (`GRPOTrainer.forward_tokens`)."""
@@ -381,20 +380,6 @@ class _Widened(nn.Module):
         return nn.functional.linear(inputs, self.weight.to(self.compute), bias)
 
 
-def _wrap_lora(model: PreTrainedModel, grpo: GRPOConfig) -> PeftModel:
-    """Inject LoRA adapters into `model` as the config says: rank r, alpha (2r unless set), dropout, and the target
-    modules ('all-linear': every attention and MLP projection)."""
-    from peft import LoraConfig, PeftModel, get_peft_model
-
-    rank = grpo.lora_rank
-    alpha = grpo.lora_alpha if grpo.lora_alpha is not None else 2 * rank
-    targets: str | list[str] = LORA_TARGETS if grpo.lora_targets == [LORA_TARGETS] else list(grpo.lora_targets)
-    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=grpo.lora_dropout, target_modules=targets, bias="none")
-    wrapped = get_peft_model(model, config)
-    assert isinstance(wrapped, PeftModel)
-    return wrapped
-
-
 class GRPOTrainer:
     """Applies GRPO updates to a policy and keeps what an exact resume needs (optimizer, schedule, shuffling rng).
 
@@ -445,7 +430,7 @@ class GRPOTrainer:
         if not isinstance(pad_id, int):
             raise ValueError("the tokenizer has neither a pad token nor an eos token")
         self.pad_id: int = pad_id
-        self.peft: PeftModel | None = _wrap_lora(model, config) if config.use_lora else None
+        self.peft: PeftModel | None = wrap_lora(model, config, frozen_dtype=compute_dtype) if config.use_lora else None
         self.policy: nn.Module = self.peft if self.peft is not None else model
         self.policy.eval()
         self.parts = split_causal_lm(self.policy)

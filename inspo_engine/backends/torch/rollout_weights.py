@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .adapters import FrozenLinear, lora_delta, lora_layers
+
 
 class RolloutWeights:
     """The weights rollouts read: the policy itself, or a copy of it in another dtype (e.g. bfloat16 on a CPU whose
@@ -94,17 +96,6 @@ def _same(tensor: torch.Tensor) -> Callable[[], torch.Tensor]:
     return lambda: tensor
 
 
-def lora_layers(policy: nn.Module) -> dict[str, Any]:
-    """peft's LoRA layers of `policy` by their name in its base model ({} for a model without adapters)."""
-    from peft import PeftModel
-    from peft.tuners.lora import LoraLayer
-
-    if not isinstance(policy, PeftModel):
-        return {}
-    base = policy.get_base_model()
-    return {name: module for name, module in base.named_modules() if isinstance(module, LoraLayer)}
-
-
 def _merged_copy(
     policy: Any, adapters: dict[str, Any], dtype: torch.dtype | None
 ) -> tuple[nn.Module, list[tuple[nn.Parameter, Callable[[], torch.Tensor]]]]:
@@ -131,13 +122,7 @@ def _merged_copy(
 
 
 def _merged_weight(layer: Any) -> Callable[[], torch.Tensor]:
-    return lambda: layer.base_layer.weight + _lora_delta(layer)
-
-
-def _lora_delta(layer: Any) -> torch.Tensor:
-    """ΔW = scale · B A of the layer's active adapters (peft's own `get_delta_weight`)."""
-    deltas = [layer.get_delta_weight(name) for name in layer.active_adapters if name in layer.lora_A]
-    return torch.stack(deltas).sum(0) if len(deltas) > 1 else deltas[0]
+    return lambda: layer.base_layer.weight + lora_delta(layer)
 
 
 class _PackedLinear(nn.Module):
@@ -162,10 +147,11 @@ class _PackedLinear(nn.Module):
 
 
 def _pack_linear_layers(model: nn.Module) -> None:
-    """Swap every plain `nn.Linear` inside `model` for a `_PackedLinear` (in place, keeping each child's name)."""
+    """Swap every plain `nn.Linear` (or a LoRA base's `FrozenLinear`) inside `model` for a `_PackedLinear` (in place,
+    keeping each child's name)."""
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            if type(child) is nn.Linear:
+            if isinstance(child, nn.Linear) and type(child) in (nn.Linear, FrozenLinear):
                 setattr(parent, name, _PackedLinear(child))
 
 

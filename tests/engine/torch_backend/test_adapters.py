@@ -9,7 +9,13 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from inspo_engine.backends.torch.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS, public_base_name
+from inspo_engine.backends.torch.adapters import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    FrozenLinear,
+    lora_layers,
+    public_base_name,
+)
 from inspo_engine.backends.torch.backend import TorchBackend
 from inspo_engine.checkpoints import MERGED_DIR, OPTIMIZER_DIR, POLICY_DIR, directory_bytes
 from inspo_engine.env.builtin import builtin_dataset
@@ -28,6 +34,7 @@ def lora_config(model: Path, **overrides):
             "grpo.use_lora": True,
             "grpo.lora_rank": 8,
             "grpo.total_steps": 2,
+            "backend.precision": "bf16-mixed",  # the frozen base stored in bfloat16 (`wrap_lora`), on every machine
             "seed": 3,
             **overrides,
         }
@@ -43,9 +50,17 @@ def train_steps(backend: TorchBackend, steps: int) -> None:
         backend.update(groups)
 
 
-def logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return model(input_ids=ids).logits
+def logits(model: torch.nn.Module, ids: torch.Tensor, *, autocast: bool = False) -> torch.Tensor:
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        return model(input_ids=ids).logits.float()
+
+
+def peft_on_base(tiny_llama_dir: Path, adapter: Path) -> torch.nn.Module:
+    """The saved adapter on a fresh float32 copy of its base, as a user loads a download."""
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    return PeftModel.from_pretrained(base, str(adapter)).eval()
 
 
 @pytest.fixture(scope="module")
@@ -89,28 +104,35 @@ def test_a_lora_checkpoint_holds_the_adapters_in_peft_format_and_their_optimizer
     assert not (out / "step-1" / MERGED_DIR).exists()  # merged only at the last step
 
 
-def test_the_last_checkpoint_holds_a_merged_policy_that_transformers_loads_without_peft(trained):
+def test_the_last_checkpoint_holds_a_merged_policy_that_transformers_loads_without_peft(trained, tiny_llama_dir):
     backend, out = trained
     merged_dir = out / "step-2" / MERGED_DIR
     assert (merged_dir / "model.safetensors").is_file() and (merged_dir / "tokenizer.json").is_file()
     assert not (merged_dir / ADAPTER_CONFIG).exists()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
     assert not hasattr(merged, "peft_config")
+    # the float32 base as loaded plus the adapters, though training stored its frozen base in bfloat16
     ids = torch.tensor([[1, 5, 9, 40, 2]])
-    expected = logits(backend.trainer.policy.eval(), ids)
+    expected = logits(peft_on_base(tiny_llama_dir, out / "step-2" / POLICY_DIR), ids)
     torch.testing.assert_close(logits(merged, ids), expected, rtol=1e-4, atol=1e-4)
-    base = AutoModelForCausalLM.from_pretrained(backend.trainer.policy.get_base_model().config._name_or_path)
+    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
     assert not torch.allclose(logits(base.eval(), ids), expected, atol=1e-4)  # the adapters changed something
 
 
 def test_peft_loads_the_downloaded_adapter_onto_its_base(trained, tiny_llama_dir):
-    from peft import PeftModel
-
     backend, out = trained
-    base = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
-    loaded = PeftModel.from_pretrained(base, str(out / "step-2" / POLICY_DIR)).eval()
+    loaded = peft_on_base(tiny_llama_dir, out / "step-2" / POLICY_DIR)
+    trained_adapters = {n: p for n, p in backend.trainer.policy.named_parameters() if p.requires_grad}
+    loaded_adapters = {n: p for n, p in loaded.named_parameters() if "lora_" in n}
+    assert loaded_adapters.keys() == trained_adapters.keys()
+    for name, param in trained_adapters.items():
+        torch.testing.assert_close(loaded_adapters[name], param, rtol=0, atol=0, msg=name)
     ids = torch.tensor([[1, 5, 9, 40, 2]])
-    torch.testing.assert_close(logits(loaded, ids), logits(backend.trainer.policy.eval(), ids), rtol=1e-4, atol=1e-4)
+    policy = backend.trainer.policy.eval()
+    # products in bfloat16, as training ran them: the same network
+    torch.testing.assert_close(
+        logits(loaded, ids, autocast=True), logits(policy, ids, autocast=True), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_evaluating_a_checkpoint_loads_its_adapter_on_the_runs_base_model(trained, tiny_llama_dir):
@@ -139,6 +161,39 @@ def test_a_lora_run_resumed_from_its_checkpoint_continues_exactly(tiny_llama_dir
     train_steps(resumed, 1)
     for a, b in zip(straight.trainer.trainable, resumed.trainer.trainable, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_under_bf16_mixed_the_frozen_base_is_stored_in_bfloat16_and_trains_the_same_adapters(tiny_llama_dir):
+    """The adapted layers' frozen weights are kept in the dtype autocast computes in: the adapters train exactly as
+    with the float32 base (autocast rounded it to the same values at every product), in less memory."""
+    config = lora_config(tiny_llama_dir)
+    narrow = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    kept = TorchBackend(config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    original = AutoModelForCausalLM.from_pretrained(tiny_llama_dir, dtype=torch.float32)
+    layers = lora_layers(kept.trainer.peft)
+    assert len(layers) == 2 * 7  # two blocks, seven projections each
+    for name, layer in layers.items():  # `kept` gets its float32 base back, as before `wrap_lora` narrowed it
+        base = layer.get_base_layer()
+        assert isinstance(base, FrozenLinear) and base.weight.dtype == torch.bfloat16
+        base.weight = torch.nn.Parameter(original.get_parameter(f"{name}.weight").detach(), requires_grad=False)
+        base.__class__ = torch.nn.Linear
+    bytes_of = {b: sum(p.numel() * p.element_size() for p in b.trainer.policy.parameters()) for b in (narrow, kept)}
+    adapted = sum(original.get_parameter(f"{name}.weight").numel() for name in layers)
+    assert bytes_of[kept] - bytes_of[narrow] == 2 * adapted  # two bytes saved per frozen adapted weight
+    assert all(p.dtype == torch.float32 for p in narrow.trainer.trainable)
+    questions = builtin_dataset().train[:2]
+    groups = narrow.rollout([RolloutRequest("ins-0000", "Answer.", q) for q in questions], group_size=2)
+    groups[0][0].reward, groups[0][1].reward = 1.0, 0.0
+    for _ in range(2):  # the same samples for both (rollouts may differ: their copies merge ΔW into W rounded or not)
+        narrow.update(groups)
+        kept.update(groups)
+    for a, b in zip(narrow.trainer.trainable, kept.trainer.trainable, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    fp32 = TorchBackend(
+        lora_config(tiny_llama_dir, **{"backend.precision": "fp32"}), retriever=EchoRetriever(), cache_dir=CACHE_DIR
+    )
+    assert all(type(layer.get_base_layer()) is torch.nn.Linear for layer in lora_layers(fp32.trainer.peft).values())
+    assert all(p.dtype == torch.float32 for p in fp32.trainer.policy.parameters())
 
 
 def test_an_adapter_names_its_base_without_the_servers_paths():
