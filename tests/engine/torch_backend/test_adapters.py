@@ -163,6 +163,20 @@ def test_a_lora_run_resumed_from_its_checkpoint_continues_exactly(tiny_llama_dir
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+def file_mappings(path: Path) -> list[tuple[int, int]]:
+    """The address ranges at which this process maps `path` (/proc/self/maps)."""
+    ranges = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        if line.endswith(str(path.resolve())):
+            start, end = line.split()[0].split("-")
+            ranges.append((int(start, 16), int(end, 16)))
+    return ranges
+
+
+def in_ranges(address: int, ranges: list[tuple[int, int]]) -> bool:
+    return any(start <= address < end for start, end in ranges)
+
+
 def test_under_bf16_mixed_the_frozen_base_is_stored_in_bfloat16_and_trains_the_same_adapters(tiny_llama_dir):
     """The adapted layers' frozen weights are kept in the dtype autocast computes in: the adapters train exactly as
     with the float32 base (autocast rounded it to the same values at every product), in less memory."""
@@ -189,6 +203,10 @@ def test_under_bf16_mixed_the_frozen_base_is_stored_in_bfloat16_and_trains_the_s
         kept.update(groups)
     for a, b in zip(narrow.trainer.trainable, kept.trainer.trainable, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+    # nothing of the narrowed policy is a view of the mapped safetensors file, whose read pages would stay resident
+    mapped = file_mappings(tiny_llama_dir / "model.safetensors")
+    assert mapped  # transformers maps it: `kept` still reads its embedding there
+    assert not [n for n, p in narrow.trainer.policy.named_parameters() if in_ranges(p.data_ptr(), mapped)]
     fp32 = TorchBackend(
         lora_config(tiny_llama_dir, **{"backend.precision": "fp32"}), retriever=EchoRetriever(), cache_dir=CACHE_DIR
     )
