@@ -51,8 +51,12 @@ class RolloutWeights:
                 self.copy = copy.deepcopy(policy, memo).eval()
             self._sources = [(mine, _same(theirs)) for mine, theirs in zip(self.copy.parameters(), params, strict=True)]
         on_cpu = all(p.device.type == "cpu" for p in params)
+        self._packed_only: set[int] = set()
+        """ids of the copy's weights that only a packed layer reads: their plain storage is freed once packed."""
         if self.copy is not None and dtype == torch.bfloat16 and on_cpu and _onednn_bfloat16():
             _pack_linear_layers(self.copy)
+            self._packed_only = _read_only_packed(self.copy)
+            self._drop_packed_plain()
         self._seen = self._fingerprint()
         self._released = False
 
@@ -65,13 +69,22 @@ class RolloutWeights:
         if seen != self._seen or self._released:
             with torch.inference_mode(False), torch.no_grad():
                 for mine, source in self._sources:
+                    if id(mine) in self._packed_only:
+                        continue  # below, one layer at a time
                     if self._released:
                         mine.data = source().detach().to(mine.dtype)
                     else:
                         mine.copy_(source())
+                sources = {id(mine): source for mine, source in self._sources}
                 for module in self.copy.modules():
-                    if isinstance(module, _PackedLinear):
-                        module.pack()
+                    if not isinstance(module, _PackedLinear):
+                        continue
+                    plain_only = id(module.weight) in self._packed_only
+                    if plain_only:  # only this layer's plain weight exists at a time: the packed ones replace them
+                        module.weight.data = sources[id(module.weight)]().detach().to(module.weight.dtype)
+                    module.pack()
+                    if plain_only:
+                        module.weight.data = module.weight.data.new_empty(0)
             self._seen, self._released = seen, False
         return self.copy
 
@@ -86,6 +99,15 @@ class RolloutWeights:
             if isinstance(module, _PackedLinear):
                 module.packed = None
         self._released = True
+
+    def _drop_packed_plain(self) -> None:
+        """Free the plain storage of the weights only packed layers read (all linear layers but a head tied to the
+        embedding): decoding reads their packed layout, and a refresh rebuilds them from the policy as a release
+        does. A bfloat16 copy of SmolLM2 holds 0.21 GB less through every rollout."""
+        assert self.copy is not None or not self._packed_only
+        for param in self.copy.parameters() if self.copy is not None else ():
+            if id(param) in self._packed_only:
+                param.data = param.data.new_empty(0)
 
     def _fingerprint(self) -> tuple[tuple[int, int], ...]:
         """Where each policy parameter's data lives and its version counter (which every in-place write bumps)."""
@@ -153,6 +175,17 @@ def _pack_linear_layers(model: nn.Module) -> None:
         for name, child in list(parent.named_children()):
             if isinstance(child, nn.Linear) and type(child) in (nn.Linear, FrozenLinear):
                 setattr(parent, name, _PackedLinear(child))
+
+
+def _read_only_packed(model: nn.Module) -> set[int]:
+    """ids of the weights of `model`'s packed layers that no other module reads (a tied output head's weight is the
+    embedding's too, and stays)."""
+    uses: dict[int, int] = {}
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            uses[id(param)] = uses.get(id(param), 0) + 1
+    packed = (m.weight for m in model.modules() if isinstance(m, _PackedLinear))
+    return {id(weight) for weight in packed if uses[id(weight)] == 1}
 
 
 def _packed(weight: torch.Tensor) -> torch.Tensor:

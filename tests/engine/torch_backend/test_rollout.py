@@ -455,6 +455,27 @@ def test_without_a_dtype_or_in_the_policys_own_dtype_rollouts_read_the_policy_it
     assert RolloutWeights(model, torch.float32).current() is model
 
 
+def packed_layers(model: torch.nn.Module) -> dict[str, _PackedLinear]:
+    return {name: m for name, m in model.named_modules() if isinstance(m, _PackedLinear)}
+
+
+def assert_copy_of(rollout: torch.nn.Module, policy: torch.nn.Module) -> None:
+    """Every parameter of the bfloat16 rollout copy holds the policy's, rounded; a weight that only its packed layer
+    reads has no plain storage left (0.21 GB of SmolLM2's), and its packed layout computes with the policy's."""
+    packed, freed = packed_layers(rollout), 0
+    for (name, mine), theirs in zip(rollout.named_parameters(), policy.parameters(), strict=True):
+        expected = theirs.detach().to(torch.bfloat16)
+        if mine.numel() == 0:
+            module = packed[name.removesuffix(".weight")]
+            hidden = torch.randn(3, expected.shape[1], generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+            with torch.inference_mode():
+                assert torch.equal(module(hidden), F.linear(hidden, expected, module.bias)), name
+            freed += 1
+        else:
+            assert torch.equal(mine, expected), name
+    assert freed == (len(packed) - 1 if packed else 0)  # all but the output head, which is the embedding too
+
+
 def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_only_after_the_policy_changed(smollm2):
     model, _ = smollm2
     policy = copy.deepcopy(model)
@@ -473,8 +494,7 @@ def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_onl
     assert not torch.equal(head.weight, policy.get_output_embeddings().weight.to(torch.bfloat16))
     assert weights.current() is rollout
     assert head.weight._version > version
-    for mine, theirs in zip(rollout.parameters(), policy.parameters(), strict=True):
-        assert torch.equal(mine, theirs.detach().to(torch.bfloat16))
+    assert_copy_of(rollout, policy)
     hidden = torch.randn(5, head.weight.shape[1], generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     with torch.inference_mode():  # a packed head was repacked too
         assert torch.equal(head(hidden), F.linear(hidden, policy.get_output_embeddings().weight.to(torch.bfloat16)))
@@ -495,15 +515,16 @@ def test_a_released_copy_holds_no_storage_and_comes_back_as_a_refresh_would_have
                 param.mul_(1.25)
     assert released.current() is rollout and kept.current() is kept.copy
     assert rollout.get_input_embeddings().weight is rollout.get_output_embeddings().weight
-    for mine, theirs, twins in zip(rollout.parameters(), policy.parameters(), kept.copy.parameters(), strict=True):
-        assert mine.dtype == torch.bfloat16 and not mine.requires_grad
-        assert torch.equal(mine, theirs.detach().to(torch.bfloat16)) and torch.equal(mine, twins)
+    assert all(mine.dtype == torch.bfloat16 and not mine.requires_grad for mine in rollout.parameters())
+    assert_copy_of(rollout, policy)
+    assert_copy_of(kept.copy, twin)
     ids = torch.tensor([list(range(100, 140))])
     with torch.inference_mode():  # the packed layouts were rebuilt too: the same logits as the copy never released
         torch.testing.assert_close(rollout(input_ids=ids).logits, kept.copy(input_ids=ids).logits, atol=0, rtol=0)
     released.release()
     released.release()  # twice is once
-    assert released.current() is rollout and all(p.numel() > 0 for p in rollout.parameters())
+    assert released.current() is rollout and all(m.packed is not None for m in packed_layers(rollout).values())
+    assert rollout.get_input_embeddings().weight.numel() > 0
     assert RolloutWeights(model, None).release() is None  # rollouts reading the policy: nothing to free
 
 
@@ -516,11 +537,13 @@ def test_on_a_cpu_with_onednn_bfloat16_the_copys_linear_layers_are_packed_and_co
     assert layers and all(isinstance(m, _PackedLinear) for m in layers)
     plain = RolloutWeights(model, torch.bfloat16)
     assert plain.copy is not None
-    for parent in list(plain.copy.modules()):  # the same copy with every layer unpacked again
+    for path, parent in list(plain.copy.named_modules()):  # the same copy with every layer unpacked again
         for name, child in list(parent.named_children()):
-            if isinstance(child, _PackedLinear):
-                linear = torch.nn.Linear(child.weight.shape[1], child.weight.shape[0], bias=child.bias is not None)
-                linear.weight = child.weight
+            if isinstance(child, _PackedLinear):  # its plain weight is freed: the policy's, rounded
+                weight = model.get_parameter(f"{path}.{name}.weight".lstrip(".")).detach().to(torch.bfloat16)
+                linear = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=child.bias is not None)
+                linear.weight = torch.nn.Parameter(weight, requires_grad=False)
+                linear.bias = child.bias
                 setattr(parent, name, linear)
     ids = torch.tensor([list(range(100, 140))])
     with torch.inference_mode():
