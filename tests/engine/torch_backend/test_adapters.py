@@ -105,7 +105,7 @@ def test_a_lora_checkpoint_holds_the_adapters_in_peft_format_and_their_optimizer
 
 
 def test_the_last_checkpoint_holds_a_merged_policy_that_transformers_loads_without_peft(trained, tiny_llama_dir):
-    backend, out = trained
+    _, out = trained
     merged_dir = out / "step-2" / MERGED_DIR
     assert (merged_dir / "model.safetensors").is_file() and (merged_dir / "tokenizer.json").is_file()
     assert not (merged_dir / ADAPTER_CONFIG).exists()

@@ -27,7 +27,7 @@ from inspo_engine.env.protocol import INVALID_ACTION_NOTE, observation
 from inspo_engine.env.rewards import extract_answer, is_valid_format
 from inspo_engine.types import Question
 
-from .conftest import EchoRetriever
+from .conftest import EchoRetriever, copy_mismatches, freed_weights, packed_layers
 
 CPU = torch.device("cpu")
 PERU = Question("peru", "What is the capital of Peru?", ("Lima",))
@@ -455,25 +455,12 @@ def test_without_a_dtype_or_in_the_policys_own_dtype_rollouts_read_the_policy_it
     assert RolloutWeights(model, torch.float32).current() is model
 
 
-def packed_layers(model: torch.nn.Module) -> dict[str, _PackedLinear]:
-    return {name: m for name, m in model.named_modules() if isinstance(m, _PackedLinear)}
-
-
 def assert_copy_of(rollout: torch.nn.Module, policy: torch.nn.Module) -> None:
-    """Every parameter of the bfloat16 rollout copy holds the policy's, rounded; a weight that only its packed layer
-    reads has no plain storage left (0.21 GB of SmolLM2's), and its packed layout computes with the policy's."""
-    packed, freed = packed_layers(rollout), 0
-    for (name, mine), theirs in zip(rollout.named_parameters(), policy.parameters(), strict=True):
-        expected = theirs.detach().to(torch.bfloat16)
-        if mine.numel() == 0:
-            module = packed[name.removesuffix(".weight")]
-            hidden = torch.randn(3, expected.shape[1], generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
-            with torch.inference_mode():
-                assert torch.equal(module(hidden), F.linear(hidden, expected, module.bias)), name
-            freed += 1
-        else:
-            assert torch.equal(mine, expected), name
-    assert freed == (len(packed) - 1 if packed else 0)  # all but the output head, which is the embedding too
+    """The bfloat16 rollout copy holds the policy's weights, rounded; only the output head, which is the embedding
+    too, keeps its plain weight among the packed layers."""
+    assert copy_mismatches(rollout, policy) == []
+    packed = packed_layers(rollout)
+    assert len(freed_weights(rollout)) == (len(packed) - 1 if packed else 0)
 
 
 def test_a_bfloat16_copy_keeps_ties_leaves_the_policy_alone_and_is_refreshed_only_after_the_policy_changed(smollm2):
