@@ -46,9 +46,10 @@ CONFIG_FIELDS = {
     "lora_alpha": "grpo.lora_alpha",
     "lora_dropout": "grpo.lora_dropout",
     "lora_targets": "grpo.lora_targets",
+    "gradient_checkpointing": "grpo.gradient_checkpointing",
 }
-LORA_FIELDS = ("use_lora", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
-"""The run form's "Adapters (LoRA)" group."""
+LORA_FIELDS = ("use_lora", "lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "gradient_checkpointing")
+"""The run form's "Adapters (LoRA) and memory" group."""
 FIELD_FOR_PATH = {path: name for name, path in CONFIG_FIELDS.items()}
 
 
@@ -237,6 +238,18 @@ class RunForm(ConfigFormMixin):
         required=False,
         label="LoRA targets",
         help_text="all-linear (every projection), or module names, comma-separated: q_proj, v_proj.",
+    )
+    gradient_checkpointing = forms.TypedChoiceField(
+        required=False,
+        choices=[
+            ("", "(preset)"),
+            ("true", "on: blocks run again in backward (less memory)"),
+            ("false", "off: activations kept (faster update, more memory)"),
+        ],
+        coerce=lambda value: value == "true",
+        empty_value=None,
+        label="Gradient checkpointing",
+        help_text="Off pays LoRA's saved memory for speed: see Benchmarks, LoRA against full fine-tuning.",
     )
     overrides = OverridesField(
         required=False,

@@ -87,6 +87,7 @@ class TorchBackend:
                 reference_storage=self.precision.reference,
                 compute_dtype=self.precision.compute,
                 forward_tokens=forward_tokens,
+                checkpoint_layers=config.grpo.gradient_checkpointing,
             )
         settings = RolloutSettings.from_config(
             config.env,

@@ -91,7 +91,7 @@ def _pairs(config: RunConfig, cluster: Cluster, paths: RunPaths | None, experime
         ("data.seed", config.seed),
         ("actor_rollout_ref.model.path", config.backend.model),
         ("actor_rollout_ref.model.use_remove_padding", True),
-        ("actor_rollout_ref.model.enable_gradient_checkpointing", True),
+        ("actor_rollout_ref.model.enable_gradient_checkpointing", grpo.gradient_checkpointing),
         ("actor_rollout_ref.model.lora_rank", grpo.lora_rank if grpo.use_lora else 0),
         ("actor_rollout_ref.model.lora_alpha", _alpha(grpo)),
         ("actor_rollout_ref.model.target_modules", _targets(grpo.lora_targets)),

@@ -230,3 +230,26 @@ def test_the_initial_adapters_are_drawn_from_the_runs_seed(tiny_llama_dir):
     same, again, other = adapters(5), adapters(5), adapters(6)
     assert all(torch.equal(a, b) for a, b in zip(same, again, strict=True))
     assert not all(torch.equal(a, b) for a, b in zip(same, other, strict=True))
+
+
+def test_gradient_checkpointing_off_keeps_the_activations_and_trains_the_same_adapters(tiny_llama_dir, monkeypatch):
+    """`grpo.gradient_checkpointing` false: no block runs again in backward (LoRA's saved memory spent on speed), and
+    the update is the same."""
+    from inspo_engine.backends.torch import logits
+
+    calls = []
+    real = logits.checkpoint
+    monkeypatch.setattr(logits, "checkpoint", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    on = TorchBackend(lora_config(tiny_llama_dir), retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    off_config = lora_config(tiny_llama_dir, **{"grpo.gradient_checkpointing": False})
+    off = TorchBackend(off_config, retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    assert on.trainer.checkpoint_layers and not off.trainer.checkpoint_layers
+    questions = builtin_dataset().train[:2]
+    groups = on.rollout([RolloutRequest("ins-0000", "Answer.", q) for q in questions], group_size=2)
+    groups[0][0].reward, groups[0][1].reward = 1.0, 0.0
+    off.update(groups)
+    assert calls == []
+    on.update(groups)
+    assert calls  # every block, forward (and again in backward)
+    for a, b in zip(on.trainer.trainable, off.trainer.trainable, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

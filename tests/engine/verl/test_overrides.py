@@ -99,3 +99,13 @@ def test_every_lora_field_reaches_verls_model_config() -> None:
         default.actor_rollout_ref.model.lora_alpha == 32
         and default.actor_rollout_ref.model.target_modules == "all-linear"
     )
+
+
+def test_gradient_checkpointing_reaches_verls_model_config() -> None:
+    from verl.workers.config.model import HFModelConfig
+
+    assert "enable_gradient_checkpointing" in {f.name for f in dataclasses.fields(HFModelConfig)}
+    on = compose(verl_overrides(preset("paper"), paths=PATHS)).actor_rollout_ref.model
+    off_config = preset("paper").with_overrides({"grpo.gradient_checkpointing": False})
+    off = compose(verl_overrides(off_config, paths=PATHS)).actor_rollout_ref.model
+    assert on.enable_gradient_checkpointing is True and off.enable_gradient_checkpointing is False
