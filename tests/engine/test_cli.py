@@ -210,8 +210,12 @@ def logs(out):
 
 
 @pytest.mark.slow
-def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_without_doing_work_twice(tmp_path):
-    done = cli(*EXPERIMENT, *SHORT, "--threads", "2", "--out", str(tmp_path), timeout=1800)
+def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_without_doing_work_twice(
+    tmp_path, tiny_llama_dir
+):
+    # the session's tiny random-weight Llama: what is tested is the experiment's bookkeeping, not SmolLM2's weights
+    tiny = ["--set", f"backend.model={tiny_llama_dir}"]
+    done = cli(*EXPERIMENT, *SHORT, *tiny, "--threads", "2", "--out", str(tmp_path), timeout=1800)
     assert done.returncode == 0, done.stderr[-3000:]
     first_start = next(e for e in read_events(tmp_path / "static-s0" / "events.jsonl") if e.kind == "run_started")
     assert first_start.machine["threads"] == "2"  # each run's torch threads, as --threads asked
@@ -231,7 +235,7 @@ def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_
     first = logs(tmp_path)
     assert len(first) == 4
 
-    again = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=600)
+    again = cli(*EXPERIMENT, *SHORT, *tiny, "--out", str(tmp_path), timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
     assert logs(tmp_path) == first  # no run was started again
     assert json.loads((tmp_path / "results.json").read_text())["arms"] == results["arms"]
@@ -241,7 +245,7 @@ def test_an_experiment_trains_every_arm_and_seed_writes_the_results_and_resumes_
     kept = [line for line in events.read_text().splitlines() if '"run_finished"' not in line]
     events.write_text("\n".join(kept) + "\n")
     shutil.rmtree(tmp_path / "static-s1" / "evaluations")
-    resumed = cli(*EXPERIMENT, *SHORT, "--out", str(tmp_path), timeout=900)
+    resumed = cli(*EXPERIMENT, *SHORT, *tiny, "--out", str(tmp_path), timeout=900)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     after = logs(tmp_path)
     assert {name for name in after if after[name] != first[name]} == {"static-s1"}
