@@ -128,8 +128,10 @@ def _merged_copy(
     with torch.inference_mode(False), torch.no_grad():
         merged: nn.Module = copy.deepcopy(policy).merge_and_unload().eval()
         merged.requires_grad_(False)
-        if dtype is not None:
-            merged.to(dtype)
+        if dtype is not None:  # the parameters only: `Module.to` would round the buffers too (RoPE's inv_freq)
+            for param in merged.parameters():
+                if param.is_floating_point():
+                    param.data = param.data.to(dtype)
     sources: list[tuple[nn.Parameter, Callable[[], torch.Tensor]]] = []
     for name, param in merged.named_parameters():
         module, _, leaf = name.rpartition(".")

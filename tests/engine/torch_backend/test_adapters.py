@@ -253,3 +253,21 @@ def test_gradient_checkpointing_off_keeps_the_activations_and_trains_the_same_ad
     assert calls  # every block, forward (and again in backward)
     for a, b in zip(on.trainer.trainable, off.trainer.trainable, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_a_lora_policys_rollout_copy_decodes_as_full_fine_tunings_from_the_same_weights(tiny_llama_dir):
+    """At the start LoRA's adapters are a no-op, so its merged bfloat16 rollout copy is full fine-tuning's: the same
+    logits, and the buffers (RoPE's inv_freq) as the policy keeps them, not rounded with the weights."""
+    full = TorchBackend(
+        lora_config(tiny_llama_dir, **{"grpo.use_lora": False}), retriever=EchoRetriever(), cache_dir=CACHE_DIR
+    )
+    lora = TorchBackend(lora_config(tiny_llama_dir), retriever=EchoRetriever(), cache_dir=CACHE_DIR)
+    copies = full.engine.weights.current(), lora.engine.weights.current()
+    policy_buffers = dict(full.trainer.policy.named_buffers())
+    for copy in copies:
+        for name, buffer in copy.named_buffers():
+            assert buffer.dtype == policy_buffers[name].dtype, name
+    ids = torch.tensor([list(range(100, 140))])
+    with torch.inference_mode():
+        first, second = (copy(input_ids=ids).logits for copy in copies)
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
