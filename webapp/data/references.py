@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
-from django.db.models import Q
+from django.db.models import Case, Q, Value, When
 
 from inspo_engine.config import EnvConfig, EvalConfig, RunConfig
 from webapp.accounts.models import Team
@@ -27,6 +27,9 @@ from .models import Dataset, DatasetVersion
 PREFIX = "data:"
 SHARED = "shared/"
 REFERENCE = re.compile(r"data:(shared/)?([A-Za-z0-9][A-Za-z0-9_.-]{0,63})(?:@([1-9][0-9]{0,8}))?")
+OWN_FIRST = Case(When(team__isnull=True, then=Value(1)), default=Value(0))
+"""Orders a team's own datasets before the shared ones on any database: ordering by the team's id would not, as
+SQLite sorts NULL (shared) first and PostgreSQL last."""
 QUESTION_FIELDS = ("env.dataset",)
 CORPUS_FIELDS = ("env.corpus",)
 
@@ -62,7 +65,7 @@ def data_names(team: Team) -> list[str]:
 
 def data_choices(teams: Any, kind: str) -> list[str]:
     """The references a form offers for `kind`: the given teams' datasets, then the shared ones."""
-    datasets = Dataset.objects.filter(Q(team__in=teams) | Q(team__isnull=True), kind=kind).order_by("team_id", "name")
+    datasets = Dataset.objects.filter(Q(team__in=teams) | Q(team__isnull=True), kind=kind).order_by(OWN_FIRST, "name")
     names = [(d.name, d.shared) for d in datasets if d.versions.exists()]
     own = {name for name, shared in names if not shared}
     return list(dict.fromkeys(f"{PREFIX}{SHARED if shared and name in own else ''}{name}" for name, shared in names))
@@ -75,7 +78,7 @@ def data_snapshot(value: str, *, team: Team, field: str, kind: str, split: str |
         raise InvalidInput({field: [f"{value!r}: name data as data:<name> or data:<name>@<version>"]})
     shared, name, number = match.group(1), match.group(2), match.group(3)
     owner = Q(team__isnull=True) if shared else Q(team=team) | Q(team__isnull=True)
-    dataset = Dataset.objects.filter(owner, name=name).order_by("team_id").first()  # the team's before shared
+    dataset = Dataset.objects.filter(owner, name=name).order_by(OWN_FIRST).first()
     if dataset is None:
         names = ", ".join(data_names(team)) or "none yet (upload one on the Data page)"
         raise InvalidInput({field: [f"{value!r}: no dataset of that name; your team can name {names}"]})

@@ -15,6 +15,7 @@ from webapp.accounts.permissions import AnyUser
 from webapp.accounts.selectors import team_list
 
 from .models import Dataset, DatasetUse, DatasetVersion, IndexJob
+from .references import OWN_FIRST
 
 PREVIEW_ROWS = 20
 
@@ -29,7 +30,7 @@ def dataset_list(*, user: AnyUser, team: str | None = None, kind: str | None = N
     datasets = Dataset.objects.filter(Q(team__in=teams) | Q(team__isnull=True)).select_related("team")
     if kind:
         datasets = datasets.filter(kind=kind)
-    return datasets.prefetch_related("versions").order_by("team_id", "name", "id")
+    return datasets.prefetch_related("versions").order_by(OWN_FIRST, "team_id", "name", "id")
 
 
 def dataset_get(*, user: AnyUser, dataset_id: int) -> Dataset:

@@ -153,3 +153,58 @@ def test_the_experiment_form_offers_the_teams_data_and_its_runs_use_it(alices_da
     assert runs.count() == 2
     assert {r.config["env"]["dataset"] for r in runs} == {"data:mine@2"}
     assert all(r.config["eval"]["benchmarks"] == ["builtin", "data:bench@1"] for r in runs)
+
+
+class _ToSQLite:
+    """Routes every query to the `sqlite` connection."""
+
+    def db_for_read(self, model, **hints):
+        return "sqlite"
+
+    db_for_write = db_for_read
+
+    def allow_relation(self, *objects, **hints):
+        return True
+
+
+@pytest.fixture
+def on_sqlite(db, settings):
+    """The data tables in an in-memory SQLite database, as `make run` uses, with every query routed there: SQLite
+    sorts NULL first where PostgreSQL sorts it last."""
+    from django.contrib.auth import get_user_model
+    from django.db import connections
+    from django.db.utils import ConnectionHandler
+
+    from webapp.accounts.models import Team
+    from webapp.data.models import Dataset, DatasetVersion
+
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
+    connection = ConnectionHandler({"default": sqlite})["default"]
+    connections["sqlite"] = connection
+    with connection.schema_editor() as editor:
+        for model in (get_user_model(), Team, Dataset, DatasetVersion):
+            editor.create_model(model)
+    settings.DATABASE_ROUTERS = [_ToSQLite()]
+    yield
+    settings.DATABASE_ROUTERS = []
+    connection.close()
+    del connections["sqlite"]
+
+
+def test_a_teams_own_dataset_comes_before_the_shared_one_of_the_same_name_on_sqlite(on_sqlite):
+    from webapp.accounts.models import Team
+    from webapp.data.models import Dataset, DatasetVersion
+    from webapp.data.references import data_choices, data_snapshot
+
+    team = Team.objects.create(name="Alice's team", slug="alices")
+    for owner in (None, team):  # the shared one first, as the operator registers it before the team uploads
+        dataset = Dataset.objects.create(team=owner, name="nq", kind="questions")
+        DatasetVersion.objects.create(
+            dataset=dataset, number=1, split="train", sha256=f"{owner is None:064}", file="x", size_bytes=1,
+            records=1, source_name="x.jsonl", source_format="jsonl",
+        )  # fmt: skip
+    snapshot = data_snapshot("data:nq", team=team, field="env.dataset", kind="questions")
+    assert snapshot.dataset.team == team and snapshot.reference == "data:nq@1"
+    assert data_snapshot("data:nq@1", team=team, field="env.dataset", kind="questions").dataset.team == team
+    assert data_snapshot("data:shared/nq", team=team, field="env.dataset", kind="questions").dataset.shared
+    assert data_choices(Team.objects.filter(pk=team.pk), "questions") == ["data:nq", "data:shared/nq"]
