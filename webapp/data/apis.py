@@ -80,7 +80,9 @@ class DatasetListCreateApi(APIView):
 
     class UploadInput(serializers.Serializer[Any]):
         file = serializers.FileField(help_text="FlashRAG JSONL, Search-R1 parquet, or either gzipped (.gz).")
-        name = serializers.CharField(max_length=64, help_text="The dataset's name: configs say data:<name>.")
+        name = serializers.CharField(
+            max_length=64, trim_whitespace=False, help_text="The dataset's name: configs say data:<name>."
+        )  # checked as sent: "nl\n" is no name
         kind = serializers.ChoiceField(choices=Dataset.Kind.choices)
         split = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text="train (default)")
         team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")

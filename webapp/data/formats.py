@@ -35,6 +35,8 @@ PARQUET_BATCH_ROWS = 1024
 LINE_BLOCK = 1 << 20
 """Bytes read at a time from a JSONL upload."""
 MAX_ID_CHARS = 200
+NUL = "\x00"
+NUL_PROBLEM = "holds a NUL character (\\u0000), which no text field may"
 ANSWER_BINS = (1, 2, 3, 4, 5, 10, 20)
 """Upper edges (words) of the answer-length histogram's bins; a last bin holds the longer ones."""
 PASSAGE_BINS = (25, 50, 100, 200, 400, 800)
@@ -47,6 +49,10 @@ class UploadRefused(ValueError):
     def __init__(self, message: str, *, status: int = 400) -> None:
         super().__init__(message)
         self.message, self.status = message, status
+
+
+class OverBudget(UploadRefused):
+    """The canonical file grew past `Limits.max_output_bytes` (the caller's budget, such as a team's data left)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,8 @@ class Limits:
     """One JSONL line (a passage is a few kB)."""
     max_depth: int = 8
     """How deeply a record's JSON may nest."""
+    max_output_bytes: int = 1 << 62
+    """What the canonical file may hold: the caller's budget (a team's data left), checked while it is written."""
 
 
 @dataclass
@@ -92,10 +100,11 @@ def check_upload(source: IO[bytes], *, filename: str, kind: Kind, limits: Limits
     first problem (the caller deletes `workdir`: nothing partial is kept)."""
     fmt = source_format(filename)
     head = source.read(4)
+    size = source.seek(0, io.SEEK_END)
     source.seek(0)
     if fmt.endswith(".gz") and not head.startswith(GZIP_MAGIC):
         raise UploadRefused(f"{filename}: the name ends in .gz but the file is not gzip")
-    writer = _Writer(workdir / "canonical.jsonl", kind)
+    writer = _Writer(workdir / "canonical.jsonl", kind, _Bounds(filename, fmt, limits, size))
     if fmt.startswith("jsonl"):
         stream: IO[bytes] = _Expansion(source, filename, limits) if fmt.endswith(".gz") else source  # type: ignore[assignment]
         for number, record in _jsonl_records(stream, filename, limits):
@@ -231,13 +240,38 @@ def _parquet_records(path: Path, filename: str, kind: Kind) -> Iterator[tuple[in
         raise UploadRefused(f"{filename}: not a parquet file ({type(error).__name__})") from None
     columns = _parquet_columns(set(parquet.schema_arrow.names), filename, kind)
     number = 0
-    try:
-        for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns):
-            for row in batch.to_pylist():
-                number += 1
-                yield number, _flashrag_row(row, number)
-    except pa.ArrowException as error:
-        raise UploadRefused(f"{filename}: row {number + 1}: unreadable ({type(error).__name__})") from None
+    batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
+    while True:
+        try:
+            batch = next(batches, None)
+            rows = [] if batch is None else batch.to_pylist()
+        except (pa.ArrowException, OSError) as error:  # a damaged page (snappy, thrift) is an OSError
+            raise UploadRefused(f"{filename}: row {number + 1}: unreadable, damaged ({type(error).__name__})") from None
+        except UnicodeDecodeError:
+            raise UploadRefused(f"{filename}: {_not_utf8(batch, number)}: not valid UTF-8") from None
+        if batch is None:
+            return
+        for row in rows:
+            number += 1
+            try:
+                record = _flashrag_row(row, number)
+            except (AttributeError, TypeError, KeyError, ValueError):
+                raise UploadRefused(
+                    f"{filename}: row {number}: a column holds a value of a shape this reader does not know "
+                    f"(columns {', '.join(sorted(row))})"
+                ) from None
+            yield number, record
+
+
+def _not_utf8(batch: Any, before: int) -> str:
+    """Where a batch's text is not UTF-8: 'row N: field 'name'' (read a cell at a time, once a batch failed)."""
+    for index in range(batch.num_rows):
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            try:
+                column.slice(index, 1).to_pylist()
+            except UnicodeDecodeError:
+                return f"row {before + index + 1}: field '{name}'"
+    return f"row {before + 1}"
 
 
 def _parquet_columns(names: set[str], filename: str, kind: Kind) -> list[str]:
@@ -283,20 +317,26 @@ def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, 
     id, fields of the right types) is checked in one expression; anything else goes through `_checked_record`."""
     if type(record) is dict:
         identifier = record.get("id")
-        if type(identifier) is str and 0 < len(identifier) <= MAX_ID_CHARS and not identifier.isspace():
+        if (
+            type(identifier) is str
+            and 0 < len(identifier) <= MAX_ID_CHARS
+            and not identifier.isspace()
+            and NUL not in identifier
+        ):
             if kind == "questions":
                 question, answers = record.get("question"), record.get("golden_answers")
                 if (
                     type(question) is str
                     and question.strip()
+                    and NUL not in question
                     and type(answers) is list
                     and answers
-                    and all(type(a) is str and a and not a.isspace() for a in answers)
+                    and all(type(a) is str and a and not a.isspace() and NUL not in a for a in answers)
                 ):
                     return {"id": identifier, "question": question.strip(), "golden_answers": answers}
             else:
                 contents = record.get("contents")
-                if type(contents) is str and contents.strip():
+                if type(contents) is str and contents.strip() and NUL not in contents:
                     return {"id": identifier, "contents": contents}
     return _checked_record(record, kind, filename, where)
 
@@ -315,31 +355,73 @@ def _checked_record(record: Any, kind: Kind, filename: str, where: str) -> dict[
         raise refuse("id", "must be a non-empty string or an integer")
     if len(str(identifier)) > MAX_ID_CHARS:
         raise refuse("id", f"must be at most {MAX_ID_CHARS} characters")
+    if NUL in str(identifier):
+        raise refuse("id", NUL_PROBLEM)
     if kind == "corpus":
         contents = record.get("contents")
         if not isinstance(contents, str) or not contents.strip():
             raise refuse("contents", "must be a non-empty string")
+        if NUL in contents:
+            raise refuse("contents", NUL_PROBLEM)
         return {"id": str(identifier), "contents": contents}
     question = record.get("question")
     if not isinstance(question, str) or not question.strip():
         raise refuse("question", "must be a non-empty string")
+    if NUL in question:
+        raise refuse("question", NUL_PROBLEM)
     answers = record.get("golden_answers")
     answers = [answers] if isinstance(answers, str) else answers
     if not isinstance(answers, list) or not answers:
         raise refuse("golden_answers", "must be a non-empty list of strings")
     if not all(isinstance(a, str) and a.strip() for a in answers):
         raise refuse("golden_answers", "must hold non-empty strings only")
+    if any(NUL in a for a in answers):
+        raise refuse("golden_answers", NUL_PROBLEM)
     return {"id": str(identifier), "question": question.strip(), "golden_answers": answers}
 
 
+@dataclass(frozen=True)
+class _Bounds:
+    """What the canonical file may grow to, whatever the format: a record at most a JSONL line's bytes, and the
+    whole at most `max_ratio` times the uploaded file (a parquet expands like a gzip), `max_expanded_bytes` and
+    `max_output_bytes`."""
+
+    filename: str
+    fmt: str
+    limits: Limits
+    upload_bytes: int
+
+    @property
+    def most(self) -> int:
+        ratio = self.limits.max_ratio * max(self.upload_bytes, 1 << 16)
+        return min(ratio, self.limits.max_expanded_bytes, self.limits.max_output_bytes)
+
+    def refusal(self, size: int, line: int) -> UploadRefused:
+        """Why `size` bytes written (by the record of `line`) is too many."""
+        limits, name = self.limits, self.filename
+        if size > limits.max_output_bytes:
+            return OverBudget(f"{name}: its records come to more than {limits.max_output_bytes:,} bytes")
+        if size > limits.max_expanded_bytes:
+            return UploadRefused(f"{name}: expands past {limits.max_expanded_bytes:,} bytes", status=413)
+        return UploadRefused(
+            f"{name}: {self.unit} {line}: the records expand more than {limits.max_ratio}× the file's size "
+            "(a compression bomb is refused)"
+        )
+
+    @property
+    def unit(self) -> str:
+        return "row" if self.fmt.startswith("parquet") else "line"
+
+
 class _Writer:
-    """Writes canonical records (compact JSON, a batch at a time), hashing them as they go; keeps an 8-byte hash of
-    each id (and its line) to find duplicates at the end; counts lengths."""
+    """Writes canonical records (compact JSON, a batch at a time), hashing them as they go, within its bounds; keeps
+    an 8-byte hash of each id (and its line) to find duplicates at the end; counts lengths."""
 
     BATCH = 4096
 
-    def __init__(self, path: Path, kind: Kind) -> None:
-        self.path, self.kind = path, kind
+    def __init__(self, path: Path, kind: Kind, bounds: _Bounds) -> None:
+        self.path, self.kind, self.bounds, self.most = path, kind, bounds, bounds.most
+        self.written = 0
         self.handle = path.open("wb")
         self.sha = hashlib.sha256()
         self.ids, self.lines = array("q"), array("Q")
@@ -349,7 +431,14 @@ class _Writer:
         self.batch: list[bytes] = []
 
     def add(self, record: dict[str, Any], line: int) -> None:
-        self.batch.append(orjson.dumps(record))
+        encoded = orjson.dumps(record)
+        self.written += len(encoded) + 1
+        if len(encoded) > self.bounds.limits.max_line_bytes:
+            most, unit = self.bounds.limits.max_line_bytes, self.bounds.unit
+            raise UploadRefused(f"{self.bounds.filename}: {unit} {line} is longer than {most:,} bytes as a JSON line")
+        if self.written > self.most:
+            raise self.bounds.refusal(self.written, line)
+        self.batch.append(encoded)
         if len(self.batch) >= self.BATCH:
             self._flush()
         self.ids.append(hash(record["id"]))  # within this process only: the second pass hashes the same way

@@ -13,7 +13,7 @@ from .formats import KINDS, SUFFIXES
 
 class UploadForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None, to_field_name="slug")
-    name = forms.CharField(max_length=64, help_text="configs name it data:<name>")
+    name = forms.CharField(max_length=64, strip=False, help_text="configs name it data:<name>")
     kind = forms.ChoiceField(choices=[(k, k) for k in KINDS])
     split = forms.CharField(max_length=64, required=False, help_text="questions only: train (default), dev, test…")
     file = forms.FileField(help_text=f"FlashRAG JSONL or Search-R1 parquet ({', '.join(SUFFIXES)})")

@@ -23,7 +23,7 @@ from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput, ServiceError
 
-from .formats import KINDS, Checked, Kind, Limits, UploadRefused, check_upload, scratch_directory
+from .formats import KINDS, Checked, Kind, Limits, OverBudget, UploadRefused, check_upload, scratch_directory
 from .models import Dataset, DatasetUse, DatasetVersion
 
 DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -50,12 +50,14 @@ def data_storage() -> Storage:
     return storages["data"]
 
 
-def limits() -> Limits:
+def limits(*, room: int = 1 << 62) -> Limits:
+    """The operator's bounds on one upload; `room`: what the canonical file may hold (the team's data left)."""
     return Limits(
         max_bytes=settings.INSPO_DATA_MAX_UPLOAD_BYTES,
         max_expanded_bytes=settings.INSPO_DATA_MAX_UPLOAD_BYTES * settings.INSPO_DATA_MAX_GZIP_RATIO,
         max_ratio=settings.INSPO_DATA_MAX_GZIP_RATIO,
         max_line_bytes=settings.INSPO_DATA_MAX_LINE_BYTES,
+        max_output_bytes=room,
     )
 
 
@@ -81,29 +83,42 @@ def dataset_upload(
     of the first bad record, or a bad name; TooLarge (413) past the upload limit; 400 past the team's total. Nothing
     is kept of a refused upload."""
     require_role(user, team, Role.MEMBER)
-    errors = _name_errors(name, kind, split)
+    errors = _name_errors(name, kind, split)  # the name as sent, before the content is read or matched
     if errors:
         raise InvalidInput(errors)
+    other = Dataset.objects.filter(team=team, name=name).exclude(kind=kind).values_list("kind", flat=True).first()
+    if other is not None:
+        raise _other_kind(name, other, kind)
     split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
     workdir = scratch_directory()
     try:
-        checked = _checked(upload, filename=filename, kind=kind, workdir=workdir)  # type: ignore[arg-type]
+        checked = _checked(upload, team=team, filename=filename, kind=kind, workdir=workdir)  # type: ignore[arg-type]
         existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
         if existing is not None and existing.dataset.kind == kind:
             return Uploaded(existing, created=False)
         _team_total_check(team, checked.size)
-        stored = _store(checked)
-        return Uploaded(_version_create(team, user, name, kind, split, checked, stored, filename), created=True)
+        stored, new = _store(checked)
+        try:
+            return Uploaded(_version_create(team, user, name, kind, split, checked, stored, filename), created=True)
+        except BaseException:
+            if new:  # refused after all (a concurrent upload of the other kind): nothing is kept
+                _unstore([(checked.sha256, stored)])
+            raise
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _checked(upload: IO[bytes], *, filename: str, kind: Kind, workdir: Path) -> Checked:
+def _checked(upload: IO[bytes], *, team: Team, filename: str, kind: Kind, workdir: Path) -> Checked:
+    """The upload checked and written as canonical JSONL, stopped as soon as it passes the team's data left."""
     size = getattr(upload, "size", None)
     if size is not None and size > settings.INSPO_DATA_MAX_UPLOAD_BYTES:
         raise TooLarge(too_large_message(filename))
+    most = settings.INSPO_DATA_TEAM_MAX_BYTES
+    room = max(0, most - _team_used(team)) if most else 1 << 62
     try:
-        return check_upload(upload, filename=filename, kind=kind, limits=limits(), workdir=workdir)
+        return check_upload(upload, filename=filename, kind=kind, limits=limits(room=room), workdir=workdir)
+    except OverBudget:
+        raise _over_quota(_team_used(team), room, most, written="more than ") from None
     except UploadRefused as refused:
         if refused.status == 413:
             raise TooLarge(refused.message) from None
@@ -118,26 +133,43 @@ def _team_total_check(team: Team, adding: int) -> None:
     most = settings.INSPO_DATA_TEAM_MAX_BYTES
     if not most:
         return
-    used = DatasetVersion.objects.filter(dataset__team=team).aggregate(total=Sum("size_bytes"))["total"] or 0
+    used = _team_used(team)
     if used + adding > most:
-        raise InvalidInput(
-            {
-                "file": [
-                    f"your team's data would hold {used + adding:,} bytes, over its limit of {most:,} "
-                    f"({max(0, most - used):,} left): delete a dataset no run uses, or ask the operator"
-                ]
-            }
-        )
+        raise _over_quota(used, adding, most)
 
 
-def _store(checked: Checked) -> str:
-    """The canonical file in the data storage under its sha256 (kept once, whoever uploads it)."""
+def _over_quota(used: int, adding: int, most: int, *, written: str = "") -> InvalidInput:
+    return InvalidInput(
+        {
+            "file": [
+                f"your team's data would hold {written}{used + adding:,} bytes, over its limit of {most:,} "
+                f"({max(0, most - used):,} left): delete a dataset no run uses, or ask the operator"
+            ]
+        }
+    )
+
+
+def _team_used(team: Team) -> int:
+    return DatasetVersion.objects.filter(dataset__team=team).aggregate(total=Sum("size_bytes"))["total"] or 0
+
+
+def _store(checked: Checked) -> tuple[str, bool]:
+    """The canonical file in the data storage under its sha256 (kept once, whoever uploads it), and whether this
+    call saved it."""
     storage = data_storage()
     name = f"{checked.sha256[:2]}/{checked.sha256}.jsonl"
-    if not storage.exists(name):
-        with checked.path.open("rb") as handle:
-            name = storage.save(name, File(handle, name=name))
-    return str(name)
+    if storage.exists(name):
+        return name, False
+    with checked.path.open("rb") as handle:
+        return str(storage.save(name, File(handle, name=name))), True
+
+
+def _unstore(files: Sequence[tuple[str, str]]) -> None:
+    """Delete these (sha256, stored name) files from the data storage, each unless a version still holds it."""
+    storage = data_storage()
+    for sha256, name in files:
+        if not DatasetVersion.objects.filter(sha256=sha256).exists():
+            storage.delete(name)
 
 
 def _version_create(
@@ -172,8 +204,12 @@ def _dataset_locked(team: Team | None, user: User | None, name: str, kind: str) 
         dataset = Dataset.objects.get(team=team, name=name)
     dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
     if dataset.kind != kind:
-        raise InvalidInput({"kind": [f"data:{name} is a {dataset.kind} dataset; upload a {kind} under another name"]})
+        raise _other_kind(name, dataset.kind, kind)
     return dataset
+
+
+def _other_kind(name: str, kind: str, wanted: str) -> InvalidInput:
+    return InvalidInput({"kind": [f"data:{name} is a {kind} dataset; upload a {wanted} under another name"]})
 
 
 def dataset_delete(*, dataset: Dataset, user: User) -> None:
@@ -190,10 +226,7 @@ def dataset_delete(*, dataset: Dataset, user: User) -> None:
             raise Conflict(f"data:{dataset.name} is used by {len(names)} run(s): {', '.join(names)}; delete them first")
         files = list(dataset.versions.values_list("sha256", "file"))
         dataset.delete()
-    storage = data_storage()
-    for sha256, name in files:
-        if not DatasetVersion.objects.filter(sha256=sha256).exists():
-            storage.delete(name)
+    _unstore(files)
 
 
 def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Uploaded:
@@ -213,7 +246,7 @@ def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Upl
         existing = DatasetVersion.objects.filter(dataset__team=None, dataset__name=name, sha256=checked.sha256).first()
         if existing is not None:
             return Uploaded(existing, created=False)
-        stored = _store(checked)
+        stored, _ = _store(checked)
         return Uploaded(_version_create(None, None, name, kind, split, checked, stored, path.name), created=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -156,3 +156,124 @@ def test_a_name_of_the_other_kind_is_refused(alice, api):
     upload(client, jsonl(questions(2)))
     response = upload(client, jsonl(corpus(2)), filename="c.jsonl", kind="corpus")
     assert response.status_code == 400 and "is a questions dataset" in response.json()["kind"][0]
+
+
+@pytest.mark.parametrize("name", ["nl\n", " nl", "nl "])
+def test_the_name_is_checked_as_sent_before_the_content_is_matched(alice, api, name):
+    client = api(alice)
+    assert upload(client, jsonl(questions(2)), name="nl").status_code == 201
+    response = upload(client, jsonl(questions(2)), name=name)  # the same content as data:nl
+    assert response.status_code == 400 and list(response.json()) == ["name"], response.json()
+    assert DatasetVersion.objects.count() == 1
+
+
+def test_a_bad_name_is_refused_before_the_file_is_read(alice, api):
+    response = upload(api(alice), b"{not json\n", name="a b")
+    assert response.status_code == 400 and list(response.json()) == ["name"], response.json()
+
+
+def test_a_corpus_under_a_questions_name_is_refused_before_its_file_is_stored(alice, api, data_storage):
+    client = api(alice)
+    upload(client, jsonl(questions(2)))
+    kept = stored_files(data_storage)
+    response = upload(client, jsonl(corpus(3)), filename="c.jsonl", kind="corpus")
+    assert response.status_code == 400 and "is a questions dataset" in response.json()["kind"][0]
+    assert stored_files(data_storage) == kept and DatasetVersion.objects.count() == 1
+
+
+NUL_RECORDS = [
+    ("questions", {"id": "1", "question": "who\x00?", "golden_answers": ["a"]}, "line 1: field 'question'"),
+    ("questions", {"id": "1", "question": "who?", "golden_answers": ["a", "b\x00"]}, "field 'golden_answers'"),
+    ("questions", {"id": "1\x00", "question": "who?", "golden_answers": ["a"]}, "line 1: field 'id'"),
+    ("corpus", {"id": "p1", "contents": "\x00Title\nText"}, "line 1: field 'contents'"),
+]
+
+
+@pytest.mark.parametrize(("kind", "record", "message"), NUL_RECORDS)
+def test_a_nul_character_in_a_text_field_is_refused_naming_the_line_and_field(
+    alice, api, data_storage, kind, record, message
+):
+    response = upload(api(alice), jsonl([record]), kind=kind)
+    assert response.status_code == 400, response.json()
+    assert message in response.json()["file"][0] and "NUL" in response.json()["file"][0]
+    assert not DatasetVersion.objects.exists() and stored_files(data_storage) == []
+
+
+def test_a_nul_character_in_a_parquet_row_is_refused(alice, api):
+    content = parquet({"question": ["fine?", "who\x00?"], "golden_answers": [["a"], ["b"]]})
+    response = upload(api(alice), content, filename="q.parquet")
+    assert response.status_code == 400 and "row 2: field 'question'" in response.json()["file"][0]
+
+
+def test_a_parquet_that_expands_like_a_bomb_is_refused(alice, api, data_storage):
+    rows = 2000
+    content = parquet({"question": ["x" * 4000] * rows, "golden_answers": [["a"]] * rows})
+    assert len(content) < 20_000  # 8 MB of records in a few kB
+    response = upload(api(alice), content, filename="bomb.parquet")
+    assert response.status_code == 400 and "expand more than 100×" in response.json()["file"][0], response.json()
+    assert stored_files(data_storage) == []
+
+
+def test_a_parquet_row_longer_than_a_jsonl_line_may_be_is_refused(alice, api):
+    content = parquet({"question": ["x" * (2 << 20)], "golden_answers": [["a"]]})
+    response = upload(api(alice), content, filename="long.parquet")
+    assert response.status_code == 400 and "row 1 is longer than 1,048,576 bytes" in response.json()["file"][0]
+
+
+def test_the_teams_total_stops_the_canonical_file_while_it_is_written(alice, api, settings, monkeypatch):
+    from webapp.data import formats
+
+    settings.INSPO_DATA_TEAM_MAX_BYTES = 2000
+    written = []
+    add = formats._Writer.add
+    monkeypatch.setattr(
+        formats._Writer, "add", lambda self, record, line: written.append(line) or add(self, record, line)
+    )
+    response = upload(api(alice), jsonl(questions(200)))
+    assert response.status_code == 400 and "would hold more than 2,000 bytes" in response.json()["file"][0]
+    assert len(written) < 40  # stopped at the limit, not after the 200 records
+
+
+def damaged_snappy() -> bytes:
+    import io
+    import random
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    words = random.Random(1).choices(["alpha", "beta", "gamma", "delta", "epsilon"], k=40_000)
+    table = pa.table(
+        {"question": [" ".join(words[i : i + 20]) for i in range(0, 40_000, 20)], "golden_answers": [["a"]] * 2000}
+    )
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="snappy", use_dictionary=False)
+    data = bytearray(buffer.getvalue())
+    middle = len(data) // 3
+    data[middle : middle + 64] = b"\xff" * 64
+    return bytes(data)
+
+
+def not_utf8() -> bytes:
+    import pyarrow as pa
+
+    text = pa.array([b"fine?", b"caf\xe9?"], pa.binary()).view(pa.string())
+    return parquet({"question": text, "golden_answers": [["a"], ["b"]]})
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            lambda: parquet({"prompt": [[{"role": "user", "content": "Question: 6 × 12?"}]], "reward_model": ["72"]}),
+            "row 1: ",
+        ),
+        (damaged_snappy, "unreadable"),
+        (not_utf8, "row 2: field 'question': not valid UTF-8"),
+    ],
+    ids=["reward-model-a-string", "damaged-snappy-page", "not-utf-8"],
+)
+def test_a_parquet_that_cannot_be_read_is_a_400_naming_the_problem(alice, api, data_storage, content, message):
+    response = upload(api(alice), content(), filename="q.parquet")
+    assert response.status_code == 400, response.content
+    assert message in response.json()["file"][0], response.json()
+    assert stored_files(data_storage) == []
