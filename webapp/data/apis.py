@@ -20,6 +20,7 @@ from webapp.core.errors import InvalidInput
 
 from . import indexing, selectors, services
 from .models import Dataset, DatasetVersion, IndexJob
+from .shapes import FieldMap
 from .uploads import upload_too_large
 
 
@@ -86,6 +87,15 @@ class DatasetListCreateApi(APIView):
         kind = serializers.ChoiceField(choices=Dataset.Kind.choices)
         split = serializers.CharField(max_length=64, required=False, allow_blank=True, help_text="train (default)")
         team = serializers.SlugField(required=False, help_text="Team slug; optional when you are in one team.")
+        question_field = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, help_text="A dotted path, such as extra_info.question."
+        )
+        answers_field = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, help_text="A dotted path, such as extra_info.answer."
+        )
+        id_field = serializers.CharField(
+            max_length=200, required=False, allow_blank=True, help_text="A dotted path; none: the line number."
+        )
 
     @extend_schema(
         parameters=[ListInput],
@@ -119,13 +129,19 @@ class DatasetListCreateApi(APIView):
         upload = fields["file"]
         uploaded = services.dataset_upload(
             team=team, user=user, name=fields["name"], kind=fields["kind"], split=fields.get("split", ""),
-            upload=upload, filename=upload.name,
+            upload=upload, filename=upload.name, mapping=_mapping(fields),
         )  # fmt: skip
         body = VersionOutputSerializer(uploaded.version).data | {
             "dataset": DatasetOutputSerializer(uploaded.version.dataset).data,
             "created": uploaded.created,
+            "detected_shape": uploaded.shape,
+            "ids_from": uploaded.ids,
         }
         return Response(body, status=201 if uploaded.created else 200)
+
+
+def _mapping(fields: dict[str, Any]) -> FieldMap:
+    return FieldMap(fields.get("question_field", ""), fields.get("answers_field", ""), fields.get("id_field", ""))
 
 
 class DatasetDetailApi(APIView):
@@ -137,7 +153,8 @@ class DatasetDetailApi(APIView):
         responses={200: DatasetOutputSerializer, **error_responses(400, 404)},
         operation_id="datasets_read",
         description="One dataset: its splits, versions, a preview of 20 rows, the answer (or passage) length "
-        "histogram, the runs of your teams that used it, and its index jobs.",
+        "histogram, the runs of your teams that used it, its index jobs, and `files_missing`: the versions whose file "
+        "the data storage no longer holds (uploading the same file again restores it).",
     )
     def get(self, request: Request, dataset_id: int) -> Response:
         user = acting_user(request)
@@ -148,6 +165,7 @@ class DatasetDetailApi(APIView):
         body = DatasetOutputSerializer(dataset).data | {
             "versions": VersionOutputSerializer(dataset.versions.order_by("number"), many=True).data,
             "preview": selectors.dataset_preview(dataset=dataset, split=query.validated_data.get("split")),
+            "files_missing": [v.number for v in selectors.dataset_files_missing(dataset=dataset)],
             "lengths": {s.split: s.lengths for s in selectors.dataset_splits(dataset=dataset)},
             "runs": [
                 {"id": str(u.run_id), "name": u.run.name, "status": u.run.status, "version": u.version.number}

@@ -64,7 +64,8 @@ def dataset_splits(*, dataset: Dataset) -> list[SplitSummary]:
 
 
 def dataset_preview(*, dataset: Dataset, split: str | None = None, rows: int = PREVIEW_ROWS) -> list[dict[str, Any]]:
-    """The first `rows` records of a split's newest file (the first split when none is named), read from storage."""
+    """The first `rows` records of a split's newest file (the first split when none is named), read from storage;
+    none when the file cannot be read (see `dataset_files_missing`)."""
     from .services import data_storage
 
     splits = {s.split: s for s in dataset_splits(dataset=dataset)}
@@ -73,13 +74,24 @@ def dataset_preview(*, dataset: Dataset, split: str | None = None, rows: int = P
         return []
     version = dataset.versions.filter(split=chosen).order_by("-number").first()
     assert version is not None
-    records = []
-    with data_storage().open(version.file, "rb") as handle:
-        for line in handle:
-            records.append(json.loads(line))
-            if len(records) >= rows:
-                break
+    records: list[dict[str, Any]] = []
+    try:
+        with data_storage().open(version.file, "rb") as handle:
+            for line in handle:
+                records.append(json.loads(line))
+                if len(records) >= rows:
+                    break
+    except (OSError, ValueError):  # missing from the storage, or damaged there
+        return []
     return records
+
+
+def dataset_files_missing(*, dataset: Dataset) -> list[DatasetVersion]:
+    """The dataset's versions whose file the data storage no longer holds (runs that name them fail)."""
+    from .services import data_storage
+
+    storage = data_storage()
+    return [v for v in dataset.versions.order_by("number") if not storage.exists(v.file)]
 
 
 def dataset_runs(*, dataset: Dataset, user: AnyUser) -> QuerySet[DatasetUse]:

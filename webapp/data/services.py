@@ -25,6 +25,7 @@ from webapp.core.errors import Conflict, InvalidInput, ServiceError
 
 from .formats import KINDS, Checked, Kind, Limits, OverBudget, UploadRefused, check_upload, scratch_directory
 from .models import Dataset, DatasetUse, DatasetVersion
+from .shapes import NO_MAPPING, FieldMap
 
 DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 CORPUS_SPLIT = "corpus"
@@ -43,6 +44,10 @@ class Uploaded:
 
     version: DatasetVersion
     created: bool
+    shape: str = ""
+    """The records' shape as detected (flashrag, verl, nq_open, triviaqa; `+mapping` with a field mapping)."""
+    ids: str = ""
+    """Where the ids came from: a field's dotted path, or 'line number'."""
 
 
 def data_storage() -> Storage:
@@ -75,7 +80,15 @@ def _name_errors(name: str, kind: str, split: str) -> dict[str, list[str]]:
 
 
 def dataset_upload(
-    *, team: Team, user: User, name: str, kind: str, upload: IO[bytes], filename: str, split: str = ""
+    *,
+    team: Team,
+    user: User,
+    name: str,
+    kind: str,
+    upload: IO[bytes],
+    filename: str,
+    split: str = "",
+    mapping: FieldMap = NO_MAPPING,
 ) -> Uploaded:
     """Check `upload` while reading it once, and keep it as the next version of the team's dataset `name` (created
     when new): a questions file holds one split (`train` unless named), a corpus none. The same content already in
@@ -83,7 +96,7 @@ def dataset_upload(
     of the first bad record, or a bad name; TooLarge (413) past the upload limit; 400 past the team's total. Nothing
     is kept of a refused upload."""
     require_role(user, team, Role.MEMBER)
-    errors = _name_errors(name, kind, split)  # the name as sent, before the content is read or matched
+    errors = _name_errors(name, kind, split) | mapping.errors()  # as sent, before the content is read or matched
     if errors:
         raise InvalidInput(errors)
     other = Dataset.objects.filter(team=team, name=name).exclude(kind=kind).values_list("kind", flat=True).first()
@@ -92,14 +105,16 @@ def dataset_upload(
     split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
     workdir = scratch_directory()
     try:
-        checked = _checked(upload, team=team, filename=filename, kind=kind, workdir=workdir)  # type: ignore[arg-type]
+        checked = _checked(upload, team=team, filename=filename, kind=kind, workdir=workdir, mapping=mapping)  # type: ignore[arg-type]
         existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
         if existing is not None and existing.dataset.kind == kind:
-            return Uploaded(existing, created=False)
+            _store(checked)  # restores its file when the storage lost it
+            return Uploaded(existing, created=False, shape=checked.shape, ids=checked.ids)
         _team_total_check(team, checked.size)
         stored, new = _store(checked)
         try:
-            return Uploaded(_version_create(team, user, name, kind, split, checked, stored, filename), created=True)
+            version = _version_create(team, user, name, kind, split, checked, stored, filename)
+            return Uploaded(version, created=True, shape=checked.shape, ids=checked.ids)
         except BaseException:
             if new:  # refused after all (a concurrent upload of the other kind): nothing is kept
                 _unstore([(checked.sha256, stored)])
@@ -108,7 +123,9 @@ def dataset_upload(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _checked(upload: IO[bytes], *, team: Team, filename: str, kind: Kind, workdir: Path) -> Checked:
+def _checked(
+    upload: IO[bytes], *, team: Team, filename: str, kind: Kind, workdir: Path, mapping: FieldMap = NO_MAPPING
+) -> Checked:
     """The upload checked and written as canonical JSONL, stopped as soon as it passes the team's data left."""
     size = getattr(upload, "size", None)
     if size is not None and size > settings.INSPO_DATA_MAX_UPLOAD_BYTES:
@@ -116,7 +133,9 @@ def _checked(upload: IO[bytes], *, team: Team, filename: str, kind: Kind, workdi
     most = settings.INSPO_DATA_TEAM_MAX_BYTES
     room = max(0, most - _team_used(team)) if most else 1 << 62
     try:
-        return check_upload(upload, filename=filename, kind=kind, limits=limits(room=room), workdir=workdir)
+        return check_upload(
+            upload, filename=filename, kind=kind, limits=limits(room=room), workdir=workdir, mapping=mapping
+        )
     except OverBudget:
         raise _over_quota(_team_used(team), room, most, written="more than ") from None
     except UploadRefused as refused:

@@ -75,6 +75,7 @@ def data_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
         "splits": splits,
         "split": split,
         "preview": selectors.dataset_preview(dataset=dataset, split=split),
+        "files_missing": selectors.dataset_files_missing(dataset=dataset),
         "histogram": _histogram(splits, split),
         "versions": dataset.versions.order_by("-number"),
         "uses": selectors.dataset_runs(dataset=dataset, user=user)[:100],

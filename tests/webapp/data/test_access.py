@@ -112,3 +112,20 @@ def test_an_index_jobs_progress_shows_done_rate_and_time_left(alice, api, client
     client.force_login(alice)
     page = client.get(f"/data/{wiki['id']}/").content.decode()
     assert "2500 / 10000" in page and "500/s, 15 s left" in page
+
+
+def test_a_dataset_whose_file_is_missing_says_so_and_the_same_upload_restores_it(
+    alice, api, client, mine, data_storage
+):
+    version = DatasetVersion.objects.get()
+    (data_storage / version.file).unlink()
+    response = api(alice).get(f"/api/v1/datasets/{mine['id']}/")
+    assert response.status_code == 200, response.content
+    assert response.json()["files_missing"] == [1] and response.json()["preview"] == []
+    client.force_login(alice)
+    page = client.get(f"/data/{mine['id']}/")
+    assert page.status_code == 200 and 'data-testid="files-missing"' in page.content.decode()
+    assert "version 1 (test)" in page.content.decode()
+    again = upload(api(alice), jsonl(questions(8)), split="test")
+    assert again.status_code == 200 and (data_storage / version.file).is_file()
+    assert api(alice).get(f"/api/v1/datasets/{mine['id']}/").json()["files_missing"] == []
