@@ -334,7 +334,10 @@ def _paths_confined(
     for field, known in PATH_FIELDS.items():
         name, leaf = field.split(".")
         value = _section(data, name).get(leaf)
-        if isinstance(value, str) and value and not is_reference(value):
+        if field in MODEL_FIELDS and is_reference(value):  # no path, no hub id: left as it was, it would be neither
+            message = f"{value!r}: this field takes a model (a hub id, or its directory in your team's data), not data"
+            _add_errors(errors, {field: [message]})
+        elif isinstance(value, str) and value and not is_reference(value):
             read = existing and not (field == "env.corpus" and remote)
             try:
                 confined[field] = confine_path(field, value, team=team, known=known, existing=read)

@@ -285,3 +285,13 @@ def test_an_import_keeps_a_config_whose_files_are_gone(alice_team, data):
     config = preset("smoke").with_overrides({"env.dataset": "long-gone.jsonl"})
     admitted = config_admit(team=alice_team, base=config, existing=False).config
     assert admitted.env.dataset == str(team_data_dir(alice_team).resolve() / "long-gone.jsonl")
+
+
+@pytest.mark.parametrize("field", ["backend.model", "optimizer.local_model_path"])
+@pytest.mark.parametrize("value", ["data:mine", "data:shared/x@1", "data:../../etc"])
+def test_a_data_reference_in_a_model_field_is_refused_naming_the_field(alice, api, data, field, value):
+    body = {"name": "r", "preset": "smoke", "overrides": {field: value, "optimizer.provider": "rules"}}
+    response = api(alice).post("/api/v1/runs/", body, format="json")
+    assert response.status_code == 400, response.json()
+    assert "takes a model" in response.json()["config"][field][0]
+    assert not Run.objects.exists()
