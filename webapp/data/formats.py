@@ -26,6 +26,8 @@ import orjson
 
 from webapp.core.text import json_depth
 
+from .shapes import NO_MAPPING, FieldMap, Shape, ShapeUnknown, detect, ids_from, read
+
 Kind = Literal["questions", "corpus"]
 KINDS: tuple[Kind, ...] = ("questions", "corpus")
 SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".parquet.gz")
@@ -84,6 +86,10 @@ class Checked:
     source_format: str
     lengths: dict[str, int] = field(default_factory=dict)
     """Histogram: bin label → records (answer words for questions, passage words for a corpus)."""
+    shape: str = "flashrag"
+    """The records' shape as detected (`shapes`): flashrag, verl, nq_open, triviaqa, or with `+mapping`."""
+    ids: str = "id"
+    """Where the ids came from: a field's dotted path, or 'line number' (a parquet's row number)."""
 
 
 def source_format(filename: str) -> str:
@@ -95,25 +101,55 @@ def source_format(filename: str) -> str:
     raise UploadRefused(f"{filename}: the file's name must end in {', '.join(SUFFIXES)}")
 
 
-def check_upload(source: IO[bytes], *, filename: str, kind: Kind, limits: Limits, workdir: Path) -> Checked:
+def check_upload(
+    source: IO[bytes], *, filename: str, kind: Kind, limits: Limits, workdir: Path, mapping: FieldMap = NO_MAPPING
+) -> Checked:
     """Read `source` once, check every record and write the canonical JSONL under `workdir`; UploadRefused at the
-    first problem (the caller deletes `workdir`: nothing partial is kept)."""
+    first problem (the caller deletes `workdir`: nothing partial is kept). A questions file's shape is detected
+    from its first record, with `mapping` (a team's own field names) over it."""
     fmt = source_format(filename)
     head = source.read(4)
     size = source.seek(0, io.SEEK_END)
     source.seek(0)
     if fmt.endswith(".gz") and not head.startswith(GZIP_MAGIC):
         raise UploadRefused(f"{filename}: the name ends in .gz but the file is not gzip")
+    if mapping and kind == "corpus":
+        raise UploadRefused("question_field, answers_field and id_field name a questions file's fields")
     writer = _Writer(workdir / "canonical.jsonl", kind, _Bounds(filename, fmt, limits, size))
+    reader = _Reader(kind, mapping, filename, rows=fmt.startswith("parquet"))
     if fmt.startswith("jsonl"):
         stream: IO[bytes] = _Expansion(source, filename, limits) if fmt.endswith(".gz") else source  # type: ignore[assignment]
         for number, record in _jsonl_records(stream, filename, limits):
-            writer.add(_canonical(record, kind, filename, f"line {number}"), number)
+            writer.add(reader.canonical(record, number, f"line {number}"), number)
     else:
         path = _parquet_file(source, filename, limits, workdir) if fmt.endswith(".gz") else _seekable(source, workdir)
-        for number, record in _parquet_records(path, filename, kind):
-            writer.add(_canonical(record, kind, filename, f"row {number}"), number)
-    return writer.finish(filename, fmt)
+        for number, record in _parquet_records(path, filename, kind, mapping):
+            writer.add(reader.canonical(record, number, f"row {number}"), number)
+    checked = writer.finish(filename, fmt)
+    checked.shape, checked.ids = reader.shape_name, reader.ids
+    return checked
+
+
+class _Reader:
+    """Reads each record in the shape of the file's first (a corpus: FlashRAG's) as FlashRAG's fields, then checks
+    it; a first record of no known shape is an UploadRefused naming its keys and the mapping fields."""
+
+    def __init__(self, kind: Kind, mapping: FieldMap, filename: str, *, rows: bool) -> None:
+        self.kind, self.mapping, self.filename, self.rows = kind, mapping, filename, rows
+        self.shape: Shape | None = None
+        self.shape_name, self.ids = "flashrag", "id"
+
+    def canonical(self, record: Any, number: int, where: str) -> dict[str, Any]:
+        if self.kind == "corpus":
+            return _canonical(record, self.kind, self.filename, where)
+        if self.shape is None:
+            try:
+                self.shape = detect(record, mapping=self.mapping, rows=self.rows)
+            except ShapeUnknown as unknown:
+                raise UploadRefused(f"{self.filename}: {where}: {unknown}") from None
+            self.shape_name, self.ids = self.shape.name, ids_from(self.shape, record)
+        flat, names = read(record, self.shape, number)
+        return _canonical(flat, self.kind, self.filename, where, names)
 
 
 # -- JSONL -------------------------------------------------------------------------------------------------------
@@ -229,8 +265,10 @@ def _parquet_file(source: IO[bytes], filename: str, limits: Limits, workdir: Pat
     return target
 
 
-def _parquet_records(path: Path, filename: str, kind: Kind) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(row number from 1, record as FlashRAG names its fields) of every row, a batch at a time."""
+def _parquet_records(
+    path: Path, filename: str, kind: Kind, mapping: FieldMap = NO_MAPPING
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(row number from 1, row) of every row, a batch at a time, with the columns its shape reads."""
     import pyarrow as pa  # type: ignore[import-untyped]
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
@@ -238,7 +276,7 @@ def _parquet_records(path: Path, filename: str, kind: Kind) -> Iterator[tuple[in
         parquet = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as error:
         raise UploadRefused(f"{filename}: not a parquet file ({type(error).__name__})") from None
-    columns = _parquet_columns(set(parquet.schema_arrow.names), filename, kind)
+    columns = _parquet_columns(set(parquet.schema_arrow.names), filename, kind, mapping)
     number = 0
     batches = parquet.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=columns)
     while True:
@@ -253,14 +291,7 @@ def _parquet_records(path: Path, filename: str, kind: Kind) -> Iterator[tuple[in
             return
         for row in rows:
             number += 1
-            try:
-                record = _flashrag_row(row, number)
-            except (AttributeError, TypeError, KeyError, ValueError):
-                raise UploadRefused(
-                    f"{filename}: row {number}: a column holds a value of a shape this reader does not know "
-                    f"(columns {', '.join(sorted(row))})"
-                ) from None
-            yield number, record
+            yield number, row
 
 
 def _not_utf8(batch: Any, before: int) -> str:
@@ -274,45 +305,27 @@ def _not_utf8(batch: Any, before: int) -> str:
     return f"row {before + 1}"
 
 
-def _parquet_columns(names: set[str], filename: str, kind: Kind) -> list[str]:
+def _parquet_columns(names: set[str], filename: str, kind: Kind, mapping: FieldMap) -> list[str]:
+    """The columns a corpus (id, contents) or the questions' shape reads; UploadRefused naming the ones it has."""
     if kind == "corpus":
-        wanted = ["id", "contents"]
-    elif {"question", "golden_answers"} <= names:
-        wanted = ["question", "golden_answers"]
-    elif {"prompt", "reward_model"} <= names:
-        wanted = ["prompt", "reward_model"]
-    else:
-        raise UploadRefused(
-            f"{filename}: a questions parquet needs the columns question and golden_answers, or Search-R1's prompt "
-            f"and reward_model; it has {', '.join(sorted(names)) or 'none'}"
-        )
-    missing = [name for name in wanted if name not in names]
-    if missing:
-        raise UploadRefused(f"{filename}: missing column {', '.join(missing)} (it has {', '.join(sorted(names))})")
-    return wanted + (["id"] if "id" in names and "id" not in wanted else [])
-
-
-def _flashrag_row(row: dict[str, Any], number: int) -> dict[str, Any]:
-    """A Search-R1 row as FlashRAG's fields: the question is the prompt's last user turn (after its 'Question:'
-    when the template has one), the answers are `reward_model.ground_truth.target`; the id is the row's own or its
-    number."""
-    record = dict(row)
-    record.setdefault("id", number)
-    if "prompt" in row:
-        turns = row["prompt"] if isinstance(row["prompt"], list) else []
-        users = [t.get("content") for t in turns if isinstance(t, dict) and t.get("role") == "user"]
-        text = users[-1] if users and isinstance(users[-1], str) else None
-        record["question"] = text.rsplit("Question:", 1)[-1].strip() if text else None
-        truth = (row.get("reward_model") or {}).get("ground_truth") or {}
-        record["golden_answers"] = truth.get("target") if isinstance(truth, dict) else None
-        del record["prompt"], record["reward_model"]
-    return record
+        missing = [name for name in ("id", "contents") if name not in names]
+        if missing:
+            raise UploadRefused(f"{filename}: missing column {', '.join(missing)} (it has {', '.join(sorted(names))})")
+        return ["id", "contents"]
+    try:
+        shape = detect(None, keys=names, mapping=mapping, rows=True)
+    except ShapeUnknown as unknown:
+        raise UploadRefused(f"{filename}: {unknown}") from None
+    paths = (*shape.question, *shape.answers, *shape.ids, "answer")
+    return sorted({path.split(".")[0] for path in paths} & names)
 
 
 # -- records -----------------------------------------------------------------------------------------------------
 
 
-def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, Any]:
+def _canonical(
+    record: Any, kind: Kind, filename: str, where: str, names: dict[str, str] | None = None
+) -> dict[str, Any]:
     """The record as the engine reads it; UploadRefused naming the field that is wrong. The common case (string
     id, fields of the right types) is checked in one expression; anything else goes through `_checked_record`."""
     if type(record) is dict:
@@ -338,13 +351,14 @@ def _canonical(record: Any, kind: Kind, filename: str, where: str) -> dict[str, 
                 contents = record.get("contents")
                 if type(contents) is str and contents.strip() and NUL not in contents:
                     return {"id": identifier, "contents": contents}
-    return _checked_record(record, kind, filename, where)
+    return _checked_record(record, kind, filename, where, names or {})
 
 
-def _checked_record(record: Any, kind: Kind, filename: str, where: str) -> dict[str, Any]:
+def _checked_record(record: Any, kind: Kind, filename: str, where: str, names: dict[str, str]) -> dict[str, Any]:
+    """The slow path's checks, each naming the field as the file names it (`names`: a shape's source paths)."""
 
     def refuse(name: str, problem: str) -> UploadRefused:
-        return UploadRefused(f"{filename}: {where}: field '{name}' {problem}")
+        return UploadRefused(f"{filename}: {where}: field '{names.get(name, name)}' {problem}")
 
     if not isinstance(record, dict):
         raise UploadRefused(f"{filename}: {where}: expected a JSON object, got {type(record).__name__}")
