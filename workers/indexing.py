@@ -46,16 +46,18 @@ def index_execute(*, job_id: int) -> str:
 
 
 def _build(job: IndexJob) -> None:
+    """Build the index of the job's corpus, reporting progress to every job that shares its build."""
     cache = Path(settings.INSPO_CACHE_DIR)
+    build = job.build or job.pk
     passages = load_corpus(str(version_file(job.version, cache)))
-    if not index_job_progress(job_id=job.pk, done=0, total=len(passages)):
+    if not index_job_progress(job_id=build, done=0, total=len(passages)):
         raise IndexCancelled
     started = time.monotonic()
 
     def progress(done: int, total: int) -> None:
         rate = done / max(time.monotonic() - started, 1e-6)
-        if not index_job_progress(job_id=job.pk, done=done, total=total, rate=rate):
+        if not index_job_progress(job_id=build, done=done, total=total, rate=rate):
             raise IndexCancelled
 
     build_retriever(job.method, passages, cache_dir=cache / "retrievers", progress=progress)
-    index_job_progress(job_id=job.pk, done=len(passages), total=len(passages))
+    index_job_progress(job_id=build, done=len(passages), total=len(passages))

@@ -1,7 +1,9 @@
 """Index jobs: a corpus's retrieval index (BM25, or dense with faiss and the shipped encoder) built on a CPU worker,
 once per corpus content (sha256) and method, with progress a page can show and a cancel. A run whose corpus has no
 index yet waits for the job (its task returns and is sent again when the job ends) instead of building it itself.
-The job's work is `workers.indexing`; this module is its state and the broker's side."""
+Each version has a job of its own, what its team sees; the jobs of the same content share one build (`build`: the
+id its task carries), so another team's job, dataset or name never shows. The job's work is `workers.indexing`;
+this module is its state and the broker's side."""
 
 from __future__ import annotations
 
@@ -35,14 +37,23 @@ def _corpus_version(dataset: Dataset) -> DatasetVersion:
 
 
 def index_job_for(version: DatasetVersion, method: str) -> tuple[IndexJob, bool]:
-    """The job that builds (or built) this content's index by `method`, created and sent when there is none that is
-    queued, running or done."""
+    """The version's job that builds (or built) its index by `method`: its own that is queued, running or done; else
+    a new one, which shares the build of any such job of the same content (as far along as it is: done when it is
+    built), or starts a build and is sent."""
     with transaction.atomic():
         live = IndexJob.objects.select_for_update().filter(sha256=version.sha256, method=method)
-        job = live.exclude(status__in=(IndexJob.Status.FAILED, IndexJob.Status.CANCELLED)).first()
-        if job is not None:
-            return job, False
+        live = live.exclude(status__in=(IndexJob.Status.FAILED, IndexJob.Status.CANCELLED)).order_by("-created_at")
+        own = live.filter(version=version).first()
+        if own is not None:
+            return own, False
+        other = live.first()
+        if other is not None:  # the same bytes are being (or were) indexed: share the build, show nothing of it
+            shared = ("build", "status", "passages_done", "passages_total", "rate", "started_at", "finished_at")
+            values = {name: getattr(other, name) for name in shared}
+            return IndexJob.objects.create(version=version, sha256=version.sha256, method=method, **values), True
         job = IndexJob.objects.create(version=version, sha256=version.sha256, method=method)
+        IndexJob.objects.filter(pk=job.pk).update(build=job.pk)
+        job.build = job.pk
         transaction.on_commit(lambda: index_job_send(job))
     return job, True
 
@@ -66,8 +77,8 @@ def index_job_send(job: IndexJob) -> None:
 
 
 def index_job_cancel(*, job: IndexJob, user: User) -> IndexJob:
-    """Cancel a queued or running job (a running one stops at its next progress report); its waiting runs go on and
-    build the index themselves."""
+    """Cancel a queued or running job; its waiting runs go on and build the index themselves. Its build stops at its
+    next progress report once no job that shares it is queued or running."""
     team = job.version.dataset.team
     if team is not None:
         require_role(user, team, Role.MEMBER)
@@ -75,42 +86,44 @@ def index_job_cancel(*, job: IndexJob, user: User) -> IndexJob:
     if not changed.update(status=IndexJob.Status.CANCELLED, finished_at=timezone.now()):
         job.refresh_from_db()
         raise Conflict(f"the index job is {job.status}; only a queued or running one can be cancelled")
-    index_job_release(job.pk)
+    index_job_release(job.build or job.pk)
     job.refresh_from_db()
     return job
 
 
 def index_job_claim(*, job_id: int) -> IndexJob | None:
-    """Queued → running, once: the job with its corpus version, or None when another worker or a cancel got to it
-    first."""
-    claimed = IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.QUEUED)
+    """Queued → running, once, for every job of the build `job_id` (the id its task carries): one of them with its
+    corpus version, or None when another worker or cancels got to them first."""
+    claimed = IndexJob.objects.filter(build=job_id, status=IndexJob.Status.QUEUED)
     if not claimed.update(status=IndexJob.Status.RUNNING, started_at=timezone.now()):
         return None
-    return IndexJob.objects.select_related("version__dataset").get(pk=job_id)
+    return IndexJob.objects.select_related("version__dataset").filter(build=job_id).order_by("pk").first()
 
 
 def index_job_progress(*, job_id: int, done: int, total: int, rate: float | None = None) -> bool:
-    """Record how far a running job is (passages done of `total`, and their rate); False once it is no longer
-    running (cancelled): the worker stops."""
+    """Record how far the build `job_id` is (passages done of `total`, and their rate) on each of its jobs still
+    running; False once none is (all cancelled): the worker stops."""
     values: dict[str, Any] = {"passages_done": done, "passages_total": total}
     if rate is not None:
         values["rate"] = rate
-    return bool(IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(**values))
+    return bool(IndexJob.objects.filter(build=job_id, status=IndexJob.Status.RUNNING).update(**values))
 
 
 def index_job_end(*, job_id: int, error: str | None = None) -> None:
-    """A running job ends: done, or failed with `error`. One cancelled meanwhile stays cancelled."""
+    """The build `job_id` ends, and each of its jobs still running: done, or failed with `error`. One cancelled
+    meanwhile stays cancelled."""
     ended: dict[str, Any] = {"status": IndexJob.Status.DONE, "finished_at": timezone.now()}
     if error is not None:
         ended |= {"status": IndexJob.Status.FAILED, "error": error[:2000]}
-    IndexJob.objects.filter(pk=job_id, status=IndexJob.Status.RUNNING).update(**ended)
+    IndexJob.objects.filter(build=job_id, status=IndexJob.Status.RUNNING).update(**ended)
 
 
 def index_job_release(job_id: int) -> int:
-    """Send the tasks of the runs waiting for an ended job again; returns how many."""
+    """Send again the tasks of the runs waiting for the ended jobs of the build `job_id`; returns how many."""
     from webapp.runs import tasks  # the runs app's broker side
 
-    waits = list(IndexWait.objects.filter(job_id=job_id).select_related("run"))
+    ended = IndexWait.objects.filter(job__build=job_id, job__status__in=IndexJob.ENDED)
+    waits = list(ended.select_related("run"))
     IndexWait.objects.filter(pk__in=[w.pk for w in waits]).delete()
     for wait in waits:
         if wait.run.status == wait.run.Status.QUEUED:
@@ -128,7 +141,7 @@ def run_index_wait(run: Any) -> IndexJob | None:
         return None
     snapshot = data_snapshot(corpus, team=run.team, field="env.corpus", kind="corpus")
     version = snapshot.files["corpus"]
-    ended = IndexJob.objects.filter(sha256=version.sha256, method=method).order_by("-created_at").first()
+    ended = IndexJob.objects.filter(version=version, method=method).order_by("-created_at").first()
     if ended is not None and ended.status in IndexJob.ENDED:
         return None
     job, _ = index_job_for(version, method)

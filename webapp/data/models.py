@@ -72,9 +72,48 @@ class DatasetUse(models.Model):
         constraints = (models.UniqueConstraint(fields=["version", "run"], name="dataset_use_unique"),)
 
 
+class DatasetJobUse(models.Model):
+    """An evaluation request or a heatmap that names a version: a delete is refused while it is queued or running."""
+
+    version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="job_uses")
+    evaluation = models.ForeignKey(
+        "runs.EvaluationRequest", null=True, blank=True, on_delete=models.CASCADE, related_name="data_uses"
+    )
+    heatmap = models.ForeignKey(
+        "runs.Heatmap", null=True, blank=True, on_delete=models.CASCADE, related_name="data_uses"
+    )
+
+    class Meta:
+        constraints = (
+            models.CheckConstraint(
+                condition=models.Q(evaluation__isnull=False) ^ models.Q(heatmap__isnull=False),
+                name="dataset_job_use_one_job",
+            ),
+        )
+
+
+class RetiredName(models.Model):
+    """A deleted dataset's name and the last version number it had: a later dataset of that name numbers its versions
+    after it, so a pin (`data:<name>@<n>`) in a stored config, evaluation or note never comes to mean other bytes."""
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    name = models.CharField(max_length=64)
+    last_number = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=["team", "name"], name="retired_name_unique_per_team"),
+            models.UniqueConstraint(
+                fields=["name"], condition=models.Q(team__isnull=True), name="retired_name_unique_shared"
+            ),
+        )
+
+
 class IndexJob(models.Model):
-    """Building a corpus's retrieval index (BM25 or dense) on a CPU worker; cached by the corpus's sha256 and the
-    method, so one job serves every run of every team on the same corpus."""
+    """Building a corpus's retrieval index (BM25 or dense) on a CPU worker, as one version's team sees it. The index
+    is cached by the corpus's sha256 and the method, so one build serves every team with the same bytes: each team's
+    version has a job of its own (its id, its dataset, its cancel), and the jobs of one build share `build` and its
+    progress. Nothing of another team's job is ever shown."""
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -88,6 +127,13 @@ class IndexJob(models.Model):
     version = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="index_jobs")
     sha256 = models.CharField(max_length=64)
     method = models.CharField(max_length=12)
+    build = models.BigIntegerField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="The id of the job whose task builds the index (its own id for the job that started the build); "
+        "internal, never shown.",
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     passages_done = models.PositiveIntegerField(default=0)
     passages_total = models.PositiveIntegerField(default=0)

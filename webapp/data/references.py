@@ -85,10 +85,11 @@ def data_snapshot(value: str, *, team: Team, field: str, kind: str, split: str |
     if dataset.kind != kind:
         raise InvalidInput({field: [f"{value!r} is a {dataset.kind} dataset; this field needs {kind}"]})
     versions = list(dataset.versions.order_by("number"))
-    last = versions[-1].number if versions else 0
+    first, last = (versions[0].number, versions[-1].number) if versions else (1, 0)
     wanted = int(number) if number else last
-    if not 1 <= wanted <= last:
-        raise InvalidInput({field: [f"{value!r}: data:{name} has versions 1 to {last}"]})
+    if not first <= wanted <= last:
+        deleted = f" (those before {first} were deleted)" if first > 1 else ""
+        raise InvalidInput({field: [f"{value!r}: data:{name} has versions {first} to {last}{deleted}"]})
     files = {v.split: v for v in versions if v.number <= wanted}
     if split is not None and split not in files:
         found = ", ".join(sorted(files)) or "none"

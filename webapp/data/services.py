@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 from uuid import UUID
 
 from django.conf import settings
@@ -24,8 +24,11 @@ from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput, ServiceError
 
 from .formats import KINDS, Checked, Kind, Limits, OverBudget, UploadRefused, check_upload, scratch_directory
-from .models import Dataset, DatasetUse, DatasetVersion
+from .models import Dataset, DatasetJobUse, DatasetUse, DatasetVersion, RetiredName
 from .shapes import NO_MAPPING, FieldMap
+
+if TYPE_CHECKING:
+    from webapp.runs.models import EvaluationRequest, Heatmap
 
 DATA_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 CORPUS_SPLIT = "corpus"
@@ -196,7 +199,9 @@ def _version_create(
 ) -> DatasetVersion:
     with transaction.atomic():
         dataset = _dataset_locked(team, user, name, kind)
-        last = dataset.versions.order_by("-number").values_list("number", flat=True).first() or 0
+        last = dataset.versions.order_by("-number").values_list("number", flat=True).first()
+        if last is None:  # after the numbers of a deleted dataset of this name: a pin never changes its meaning
+            last = RetiredName.objects.filter(team=team, name=name).values_list("last_number", flat=True).first() or 0
         return DatasetVersion.objects.create(
             dataset=dataset,
             number=last + 1,
@@ -231,9 +236,14 @@ def _other_kind(name: str, kind: str, wanted: str) -> InvalidInput:
     return InvalidInput({"kind": [f"data:{name} is a {kind} dataset; upload a {wanted} under another name"]})
 
 
+LIVE_JOBS = ("queued", "running")
+"""The states of an evaluation request or a heatmap in which it will still read its data."""
+
+
 def dataset_delete(*, dataset: Dataset, user: User) -> None:
-    """Delete the team's dataset and its files (those no other version shares); Conflict (409) while a run uses it,
-    naming the runs."""
+    """Delete the team's dataset and its files (those no other version shares); Conflict (409) while a run uses it
+    or a queued or running evaluation or heatmap names it, naming them. Its name keeps its last version number
+    (`RetiredName`), so a later upload under the name never reuses a number."""
     if dataset.team is None:
         raise InvalidInput({"dataset": ["shared data is the operator's: it cannot be deleted here"]})
     require_role(user, dataset.team, Role.MEMBER)
@@ -243,9 +253,28 @@ def dataset_delete(*, dataset: Dataset, user: User) -> None:
         names = sorted({f"{use.run.name} ({use.run.pk})" for use in uses[:20]})
         if names:
             raise Conflict(f"data:{dataset.name} is used by {len(names)} run(s): {', '.join(names)}; delete them first")
+        _no_live_jobs(dataset)
         files = list(dataset.versions.values_list("sha256", "file"))
+        last = max((number for number in dataset.versions.values_list("number", flat=True)), default=0)
+        RetiredName.objects.update_or_create(team=dataset.team, name=dataset.name, defaults={"last_number": last})
         dataset.delete()
     _unstore(files)
+
+
+def _no_live_jobs(dataset: Dataset) -> None:
+    """Conflict naming the queued or running evaluations and heatmaps that will read the dataset."""
+    uses = DatasetJobUse.objects.filter(version__dataset=dataset)
+    evaluations = uses.filter(evaluation__status__in=LIVE_JOBS).values_list("evaluation_id", "evaluation__run__name")
+    heatmaps = uses.filter(heatmap__status__in=LIVE_JOBS).values_list("heatmap_id", "heatmap__run__name")
+    jobs = sorted(
+        {f"evaluation {pk} of run {run}" for pk, run in evaluations[:20]}
+        | {f"heatmap {pk} of run {run}" for pk, run in heatmaps[:20]}
+    )
+    if jobs:
+        raise Conflict(
+            f"data:{dataset.name} is named by {len(jobs)} queued or running job(s): {', '.join(jobs)}; "
+            "wait for them to end"
+        )
 
 
 def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Uploaded:
@@ -273,4 +302,34 @@ def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Upl
 
 def run_data_record(*, run_id: UUID, versions: Sequence[DatasetVersion]) -> None:
     """Note which versions a run names (the Data page lists the runs; a delete is refused while they exist)."""
+    _versions_kept(versions)
     DatasetUse.objects.bulk_create([DatasetUse(version=v, run_id=run_id) for v in versions], ignore_conflicts=True)
+
+
+def job_data_record(
+    *, team: Team, names: Sequence[str], evaluation: EvaluationRequest | None = None, heatmap: Heatmap | None = None
+) -> None:
+    """Note which versions an evaluation request or a heatmap names (`names`: its benchmarks, data references
+    pinned): a delete is refused while it is queued or running. Inside the transaction that creates the job."""
+    from .references import data_snapshot, is_reference
+
+    versions = [
+        version
+        for name in names
+        if is_reference(name)
+        for version in data_snapshot(name, team=team, field="benchmarks", kind="questions").versions
+    ]
+    _versions_kept(versions)
+    DatasetJobUse.objects.bulk_create(
+        [DatasetJobUse(version=v, evaluation=evaluation, heatmap=heatmap) for v in versions]
+    )
+
+
+def _versions_kept(versions: Sequence[DatasetVersion]) -> None:
+    """Lock the versions' datasets against a delete until the caller's transaction ends (a delete takes the same
+    lock first); InvalidInput when one was deleted since it was resolved."""
+    datasets = {v.dataset_id for v in versions}
+    kept = set(Dataset.objects.select_for_update().filter(pk__in=datasets).values_list("pk", flat=True))
+    gone = sorted({f"data:{v.dataset.name}" for v in versions if v.dataset_id not in kept})
+    if gone:
+        raise InvalidInput({"config": [f"{', '.join(gone)} was deleted a moment ago"]})

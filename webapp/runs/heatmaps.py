@@ -22,6 +22,7 @@ from django.utils import timezone
 from webapp.accounts.models import Role, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
+from webapp.data.services import job_data_record
 
 from . import tasks
 from .configs import benchmark_paths
@@ -179,6 +180,7 @@ def heatmap_request(*, run: Run, user: User, **choices: Any) -> Heatmap:
             sample_size=plan.sample_size,
             sample_seed=plan.sample_seed,
         )
+        job_data_record(team=run.team, names=[plan.benchmark], heatmap=heatmap)
         HeatmapCell.objects.bulk_create(
             HeatmapCell(heatmap=heatmap, instruction=instruction, checkpoint=checkpoint, row=row, column=column)
             for row, instruction in enumerate(plan.instructions)

@@ -19,7 +19,7 @@ from inspo_engine.config import MAX_INSTRUCTION_CHARS, RunConfig
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, Gone, InvalidInput, QuotaExceeded
-from webapp.data.services import run_data_record
+from webapp.data.services import job_data_record, run_data_record
 
 from . import selectors, tasks
 from .configs import (
@@ -282,6 +282,7 @@ def run_evaluate(
         request = EvaluationRequest.objects.create(
             run=run, checkpoint=checkpoint, requested_by=user, benchmarks=list(dict.fromkeys(names)), limit=limit
         )
+        job_data_record(team=run.team, names=request.benchmarks, evaluation=request)
         tasks.enqueue(request)
     return request
 

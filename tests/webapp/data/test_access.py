@@ -129,3 +129,61 @@ def test_a_dataset_whose_file_is_missing_says_so_and_the_same_upload_restores_it
     again = upload(api(alice), jsonl(questions(8)), split="test")
     assert again.status_code == 200 and (data_storage / version.file).is_file()
     assert api(alice).get(f"/api/v1/datasets/{mine['id']}/").json()["files_missing"] == []
+
+
+@pytest.fixture
+def finished_run(alice, alice_team):
+    from tests.factories import CheckpointFactory, InstructionFactory, RunFactory
+    from webapp.runs.models import Run
+
+    run = RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED, step=4)
+    InstructionFactory(run=run, key="ins-0")
+    CheckpointFactory(run=run, step=2)
+    return run
+
+
+def test_a_dataset_a_queued_evaluation_names_cannot_be_deleted_until_it_ends(alice, api, mine, finished_run):
+    from webapp.runs.models import EvaluationRequest
+
+    client = api(alice)
+    body = {"benchmarks": ["data:mine"], "checkpoint": finished_run.checkpoints.get().pk}
+    assert client.post(f"/api/v1/runs/{finished_run.pk}/evaluate/", body, format="json").status_code == 202
+    for status in ("queued", "running"):
+        EvaluationRequest.objects.update(status=status)
+        refused = client.delete(f"/api/v1/datasets/{mine['id']}/")
+        assert refused.status_code == 409, refused.content
+        assert f"evaluation {EvaluationRequest.objects.get().pk} of run {finished_run.name}" in refused.json()["detail"]
+    EvaluationRequest.objects.update(status="finished")
+    assert client.delete(f"/api/v1/datasets/{mine['id']}/").status_code == 204
+
+
+def test_a_dataset_a_queued_heatmap_names_cannot_be_deleted(alice, api, mine, finished_run):
+    from webapp.runs.models import Heatmap
+
+    client = api(alice)
+    body = {"instructions": ["ins-0"], "steps": [2], "benchmark": "data:mine", "sample_size": 4}
+    response = client.post(f"/api/v1/runs/{finished_run.pk}/heatmaps/", body, format="json")
+    assert response.status_code == 202, response.json()
+    refused = client.delete(f"/api/v1/datasets/{mine['id']}/")
+    assert refused.status_code == 409 and f"heatmap {Heatmap.objects.get().pk}" in refused.json()["detail"]
+    Heatmap.objects.update(status="failed")
+    assert client.delete(f"/api/v1/datasets/{mine['id']}/").status_code == 204
+
+
+def test_a_pinned_version_keeps_naming_the_same_bytes_after_a_delete_and_a_new_upload(alice, api, mine):
+    from webapp.data.references import data_snapshot
+
+    client = api(alice)
+    team = alice.memberships.get().team
+    pinned = data_snapshot("data:mine@1", team=team, field="f", kind="questions").versions[0].sha256
+    assert client.delete(f"/api/v1/datasets/{mine['id']}/").status_code == 204
+    again = upload(client, jsonl(questions(3, prefix="new")), split="test")
+    assert again.status_code == 201 and again.json()["number"] == 2  # number 1 is never given to other bytes
+    refused = client.post(
+        "/api/v1/runs/",
+        {"name": "r", "preset": "smoke", "overrides": {"eval.benchmarks": ["data:mine@1"]}},
+        format="json",
+    )
+    assert refused.status_code == 400
+    assert "has versions 2 to 2 (those before 2 were deleted)" in refused.json()["config"]["eval.benchmarks"][0]
+    assert data_snapshot("data:mine", team=team, field="f", kind="questions").versions[0].sha256 != pinned
