@@ -110,12 +110,15 @@ def index_job_progress(*, job_id: int, done: int, total: int, rate: float | None
 
 
 def index_job_end(*, job_id: int, error: str | None = None) -> None:
-    """The build `job_id` ends, and each of its jobs still running: done, or failed with `error`. One cancelled
-    meanwhile stays cancelled."""
-    ended: dict[str, Any] = {"status": IndexJob.Status.DONE, "finished_at": timezone.now()}
-    if error is not None:
-        ended |= {"status": IndexJob.Status.FAILED, "error": error[:2000]}
-    IndexJob.objects.filter(build=job_id, status=IndexJob.Status.RUNNING).update(**ended)
+    """The build `job_id` ends, and each of its jobs still running: done, or failed with `error` (which may name the
+    dataset the build read: the other jobs get its kind only). One cancelled meanwhile stays cancelled."""
+    running = IndexJob.objects.filter(build=job_id, status=IndexJob.Status.RUNNING)
+    if error is None:
+        running.update(status=IndexJob.Status.DONE, finished_at=timezone.now())
+        return
+    failed = {"status": IndexJob.Status.FAILED, "finished_at": timezone.now()}
+    running.filter(pk=job_id).update(**failed, error=error[:2000])
+    running.exclude(pk=job_id).update(**failed, error=f"the index could not be built ({error.split(':', 1)[0][:100]})")
 
 
 def index_job_release(job_id: int) -> int:

@@ -119,3 +119,16 @@ def test_the_build_stops_once_every_job_that_shares_it_is_cancelled(
     assert index_job_progress(job_id=hers["id"], done=1, total=6)
     api(bob).post(f"/api/v1/index-jobs/{his['id']}/cancel/")
     assert not index_job_progress(job_id=hers["id"], done=2, total=6)
+
+
+def test_a_failed_shared_build_tells_bob_it_failed_without_alices_dataset(
+    alice, bob, api, two_corpora, django_capture_on_commit_callbacks
+):
+    alices, bobs = two_corpora
+    hers = start(api(alice), alices, django_capture_on_commit_callbacks).json()
+    his = start(api(bob), bobs, django_capture_on_commit_callbacks).json()
+    index_job_claim(job_id=hers["id"])
+    index_job_end(job_id=hers["id"], error="DataUnavailable: data:alices-corpus v1: its file cannot be read")
+    assert "alices-corpus" in api(alice).get(f"/api/v1/index-jobs/{hers['id']}/").json()["error"]
+    body = api(bob).get(f"/api/v1/index-jobs/{his['id']}/").json()
+    assert body["status"] == "failed" and body["error"] == "the index could not be built (DataUnavailable)"

@@ -186,7 +186,6 @@ def on_sqlite(db, settings):
             editor.create_model(model)
     settings.DATABASE_ROUTERS = [_ToSQLite()]
     yield
-    settings.DATABASE_ROUTERS = []
     connection.close()
     del connections["sqlite"]
 
