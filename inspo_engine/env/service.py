@@ -1,0 +1,243 @@
+"""The retrieval service: one process that opens each built corpus index once and answers every run's and evaluation's
+searches over Search-R1's `POST /retrieve`, one path per index (`/indexes/<name>/retrieve`), with what it holds and how
+fast it answers at `GET /indexes`; it builds no index and knows no job queue or web app.
+
+Indexes are the folders `indexes.build_index` writes (embedded: tantivy and faiss over the passage store), or, with a
+Milvus deployment, collections of the same names (`milvus.MilvusRetriever`). A request names an index by its folder
+name only (`bm25-<32 hex>`), so nothing a client sends becomes a path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from inspo_engine.env.indexes import NAME, CorpusIndex, Encode, IndexMissing
+from inspo_engine.env.retrievers import Scored, ScoredRetriever
+from inspo_engine.env.server import MAX_BODY_BYTES, parse_retrieve_request, retrieve_response
+
+MAX_TOPK = 100
+MAX_QUERIES = 1_024
+MAX_QUERY_CHARS = 4_096
+LATENCIES_KEPT = 2_000
+_RETRIEVE = re.compile(r"^/indexes/([^/]+)/retrieve$")
+
+
+class ServiceError(Exception):
+    """A request the service refuses: its HTTP status and a message for the client."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class _Served:
+    """An opened index and the latencies of its last searches (ms per query, and per request)."""
+
+    retriever: ScoredRetriever
+    method: str
+    passages: int
+    size_bytes: int
+    opened_s: float
+    per_query_ms: deque[float] = field(default_factory=lambda: deque(maxlen=LATENCIES_KEPT))
+    requests: int = 0
+    queries: int = 0
+
+
+def _percentile(values: deque[float], q: float) -> float | None:
+    return round(float(np.percentile(np.fromiter(values, float), q)), 2) if values else None
+
+
+def rss_bytes() -> int:
+    """This process's resident memory."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+class IndexShelf:
+    """The indexes under `root`, each opened on its first search and kept; dense ones share one query encoder (its
+    calls serialised: a model is not safe to share between threads)."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        encoder: Callable[[], Encode] | None = None,
+        remote: Callable[[str], ScoredRetriever] | None = None,
+    ) -> None:
+        """`encoder` loads the dense query encoder when first needed; `remote(name)`, when given, serves every index
+        from a distributed engine instead of `root` (a Milvus collection of that name)."""
+        self.root = root
+        self._encoder_loader = encoder
+        self._encoder: Encode | None = None
+        self._encode_lock = threading.Lock()
+        self._remote = remote
+        self._open: dict[str, _Served] = {}
+        self._lock = threading.Lock()
+
+    def _encode(self, texts: list[str]) -> Any:
+        with self._encode_lock:
+            if self._encoder is None:
+                if self._encoder_loader is None:
+                    raise ServiceError(503, "this service has no query encoder for dense indexes")
+                self._encoder = self._encoder_loader()
+            return self._encoder(texts)
+
+    def get(self, name: str) -> _Served:
+        if not NAME.fullmatch(name):
+            raise ServiceError(404, f"no index named {name[:80]!r}: names look like bm25-<32 hex digits>")
+        with self._lock:
+            served = self._open.get(name)
+            if served is None:
+                served = self._open[name] = self._opened(name)
+            return served
+
+    def _opened(self, name: str) -> _Served:
+        started = time.monotonic()
+        method = name.split("-", 1)[0]
+        if self._remote is not None:
+            remote = self._remote(name)
+            return _Served(remote, method, 0, 0, round(time.monotonic() - started, 3))
+        folder = self.root / name
+        if not (folder / "meta.json").is_file():
+            raise ServiceError(404, f"no index {name} here yet: an index job builds it")
+        try:
+            index = CorpusIndex(folder, encode=self._encode if method == "dense" else None)
+        except IndexMissing as error:
+            raise ServiceError(404, str(error)) from error
+        return _Served(index, method, len(index), index.size_bytes(), round(time.monotonic() - started, 3))
+
+    def search(self, name: str, queries: list[str], k: int) -> Scored:
+        served = self.get(name)
+        started = time.perf_counter()
+        scored = served.retriever.search_with_scores(queries, k)
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        with self._lock:
+            served.requests += 1
+            served.queries += len(queries)
+            served.per_query_ms.extend([elapsed_ms / max(len(queries), 1)] * min(len(queries), 64))
+        return scored
+
+    def report(self) -> dict[str, Any]:
+        """What `GET /indexes` answers: memory, and per index its size and the latency of its last searches."""
+        built = sorted(p.name for p in self.root.glob("*") if NAME.fullmatch(p.name) and (p / "meta.json").is_file())
+        with self._lock:
+            names = sorted(set(built) | set(self._open))
+            indexes = []
+            for name in names:
+                served = self._open.get(name)
+                entry: dict[str, Any] = {"name": name, "method": name.split("-", 1)[0], "open": served is not None}
+                if served is not None:
+                    entry |= {
+                        "passages": served.passages,
+                        "size_bytes": served.size_bytes,
+                        "open_s": served.opened_s,
+                        "requests": served.requests,
+                        "queries": served.queries,
+                        "query_p50_ms": _percentile(served.per_query_ms, 50),
+                        "query_p95_ms": _percentile(served.per_query_ms, 95),
+                    }
+                indexes.append(entry)
+        return {"rss_bytes": rss_bytes(), "engine": "milvus" if self._remote else "embedded", "indexes": indexes}
+
+
+def parse_request(body: bytes) -> tuple[list[str], int, bool]:
+    """A /retrieve body within the service's bounds (ServiceError 400 or 413 otherwise)."""
+    try:
+        queries, topk, return_scores = parse_retrieve_request(body)
+    except ValueError as error:
+        raise ServiceError(400, str(error)) from error
+    if topk > MAX_TOPK:
+        raise ServiceError(400, f"'topk' must be at most {MAX_TOPK}")
+    if len(queries) > MAX_QUERIES:
+        raise ServiceError(413, f"at most {MAX_QUERIES} queries a request; send them in batches")
+    if any(len(q) > MAX_QUERY_CHARS or "\x00" in q for q in queries):
+        raise ServiceError(400, f"a query must be text of at most {MAX_QUERY_CHARS} characters without NUL")
+    return queries, topk, return_scores
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    shelf: IndexShelf
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        body = json.dumps(payload, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        if status >= 400:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/health":
+            self._send(200, {"status": "ok"})
+        elif path == "/indexes":
+            self._send(200, self.shelf.report())
+        else:
+            self._send(
+                404, {"error": f"no such endpoint {path[:80]!r}; try GET /indexes or POST /indexes/<name>/retrieve"}
+            )
+
+    def do_POST(self) -> None:
+        try:
+            self._send(200, self._retrieve())
+        except ServiceError as error:
+            self._send(error.status, {"error": str(error)})
+        except Exception as error:  # a failure of the service itself: answered, and the next request is served
+            self._send(500, {"error": f"retrieval failed: {type(error).__name__}"})
+
+    def _retrieve(self) -> dict[str, Any]:
+        match = _RETRIEVE.match(self.path.split("?", 1)[0])
+        if match is None:
+            raise ServiceError(404, "searches go to POST /indexes/<name>/retrieve")
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            raise ServiceError(400, "bad Content-Length")
+        if length > MAX_BODY_BYTES:
+            raise ServiceError(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
+        queries, topk, return_scores = parse_request(self.rfile.read(length))
+        return retrieve_response(self.shelf.search(match.group(1), queries, topk), return_scores)
+
+
+def make_service(shelf: IndexShelf, host: str = "127.0.0.1", port: int = 8100) -> ThreadingHTTPServer:
+    """A bound, not yet serving, HTTP server for the shelf's indexes (port 0 picks a free one)."""
+    handler = type("RetrievalServiceHandler", (_Handler,), {"shelf": shelf})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
+
+
+def serve(shelf: IndexShelf, host: str, port: int) -> None:
+    """Serve until Ctrl-C or SIGTERM."""
+    server = make_service(shelf, host, port)
+    bound_host, bound_port = server.server_address[:2]
+    print(f"Retrieval service on http://{bound_host!s}:{bound_port}/ over {shelf.root}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
