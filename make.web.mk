@@ -4,6 +4,7 @@
 # and Redis.
 WEB_HOST ?= 127.0.0.1
 WEB_PORT ?= 8000
+RETRIEVAL_PORT ?= 8100
 DEMO_TEAM ?= Demo team
 DEMO_USER ?= demo
 STATE_DIR := $(or $(INSPO_STATE_DIR),var)
@@ -31,15 +32,19 @@ web-demo-user: web-migrate
 	@$(PY) manage.py create_team_user --team "$(DEMO_TEAM)" --username "$(DEMO_USER)" --superuser \
 		--password-file "$(DEMO_LOGIN)" >/dev/null
 
-# The web server, a training worker (cpu queue, one run at a time) and a housekeeping worker with the scheduler,
-# together in the foreground; once the web server answers and both workers have started their pools, the address and
+# The web server, the retrieval service (every run's searches, each corpus index opened once), a training worker (cpu
+# queue, one run at a time) and a housekeeping worker with the scheduler, together in the foreground; once the web server answers and both workers have started their pools, the address and
 # the demo login are printed in a box.
-# Ctrl-C or a SIGTERM to make stops all three, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
+# Ctrl-C or a SIGTERM to make stops all four, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
 # each of them already (the terminal signals the whole process group), so it is not repeated. If one of them exits
 # on its own, the others are stopped too.
 web-serve: SHELL := /bin/bash
+# Its runs search through the retrieval service it starts (an operator's own INSPO_RETRIEVAL_URL is kept).
+web-serve: export INSPO_RETRIEVAL_PORT := $(RETRIEVAL_PORT)
+web-serve: export INSPO_RETRIEVAL_URL ?= http://127.0.0.1:$(RETRIEVAL_PORT)
 web-serve: web-migrate web-static
 	@stop=; trap 'stop=TERM' TERM; trap 'stop=INT' INT; \
+	$(PY) manage.py retrieval_service & search=$$!; \
 	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & cpu=$$!; \
 	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & ops=$$!; \
 	$(VENV)/bin/gunicorn webapp.config.wsgi --bind $(WEB_HOST):$(WEB_PORT) --workers 2 --timeout 300 \
@@ -49,9 +54,9 @@ web-serve: web-migrate web-static
 		(exec 3<>/dev/tcp/$(WEB_HOST)/$(WEB_PORT)) 2>/dev/null && pgrep -P $$cpu >/dev/null && pgrep -P $$ops >/dev/null \
 			&& { $(call login_box); break; }; sleep 0.5; \
 	done; \
-	[ -n "$$stop" ] || wait -n $$cpu $$ops $$web; status=$$?; trap '' INT TERM; \
-	if [ "$$stop" != INT ]; then kill -TERM $$cpu $$ops $$web 2>/dev/null; fi; \
-	wait $$cpu $$ops $$web; \
+	[ -n "$$stop" ] || wait -n $$cpu $$ops $$web $$search; status=$$?; trap '' INT TERM; \
+	if [ "$$stop" != INT ]; then kill -TERM $$cpu $$ops $$web $$search 2>/dev/null; fi; \
+	wait $$cpu $$ops $$web $$search; \
 	if [ -n "$$stop" ]; then echo "INSPO stopped ($$stop)"; else exit $$status; fi
 
 # Bash that prints the address, the demo user and its password (when $(DEMO_LOGIN) has it) in a box.

@@ -61,7 +61,7 @@ def config_for(variant: str, precision: str, args: argparse.Namespace) -> RunCon
 def build(variant: str, precision: str, args: argparse.Namespace) -> tuple[TorchBackend, list[RolloutRequest]]:
     config = config_for(variant, precision, args)
     inputs = load_inputs(config)
-    retriever = make_retriever(config, inputs.corpus, ROOT / "cache")
+    retriever = make_retriever(config, ROOT / "cache")
     backend = TorchBackend(config, retriever=retriever, cache_dir=ROOT / "cache" / "models")
     seed = config.population.seed_instruction
     return backend, [RolloutRequest("seed", seed, q) for q in inputs.train[: args.questions]]

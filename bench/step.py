@@ -118,7 +118,7 @@ def rollout_samples(config: RunConfig, args: argparse.Namespace) -> tuple[TorchB
     """Real rollouts of the first training questions with the seed instruction, as training samples with
     alternating ±1 advantages (the untrained model rarely earns a reward; the work of a step does not depend on it)."""
     inputs = load_inputs(config)
-    retriever = make_retriever(config, inputs.corpus, ROOT / "cache")
+    retriever = make_retriever(config, ROOT / "cache")
     backend = TorchBackend(config, retriever=retriever, cache_dir=ROOT / "cache" / "models")
     seed = config.population.seed_instruction
     requests = [RolloutRequest("seed", seed, question) for question in inputs.train[: args.questions]]

@@ -425,13 +425,20 @@ def _eval_source(args: argparse.Namespace) -> tuple[RunConfig, Path | None, str 
 
 
 def command_serve(args: argparse.Namespace) -> int:
-    from .env.datasets import load_corpus
-    from .env.retrievers import build_retriever
+    from .env.indexes import CorpusIndex, build_index, corpus_file
+    from .env.retrievers import embed_texts
     from .env.server import serve_forever
 
-    retriever = build_retriever(args.retriever, load_corpus(args.corpus), cache_dir=args.cache_dir / "retrievers")
-    serve_forever(retriever, args.host, args.port)
+    root = args.cache_dir / "indexes"
+    encode = embed_texts if args.retriever == "dense" else None
+    folder = build_index(args.retriever, corpus_file(args.corpus, root), root, encode=encode, progress=_index_progress)
+    serve_forever(CorpusIndex(folder, encode=encode), args.host, args.port)
     return 0
+
+
+def _index_progress(done: int, total: int) -> None:
+    if done == total or done % 100_000 == 0:
+        print(f"indexed {done:,} of {total:,} passages", file=sys.stderr, flush=True)
 
 
 # -- experiment ------------------------------------------------------------------------------------------------

@@ -91,7 +91,7 @@ def build_loop(config: Any, trainer: Any, train_dataset: Any) -> VerlLoop:
         backend=policy,
         optimizer_policy=job_policy(inspo, OPTIMIZER_POLICY),
         control=FileControlChannel(out_dir),
-        inputs=RunInputs(train=questions, eval_sets={}, corpus=None),
+        inputs=RunInputs(train=questions, eval_sets={}),
     )
     loop = VerlLoop(coevolution)
     return loop

@@ -31,7 +31,13 @@ AnswererFactory = Callable[[RunConfig, Path], Answerer]
 
 
 def torch_answerer(config: RunConfig, policy_dir: Path) -> Answerer:
-    return checkpoint_policy(config, policy_dir, Path(settings.INSPO_CACHE_DIR), retriever_policy=net_policy())
+    return checkpoint_policy(
+        config,
+        policy_dir,
+        Path(settings.INSPO_CACHE_DIR),
+        retriever_policy=net_policy(),
+        retrieval_service=settings.INSPO_RETRIEVAL_URL or None,
+    )
 
 
 def evaluation_execute(*, request_id: int, worker: str = "", answerer: AnswererFactory | None = None) -> str:

@@ -5,14 +5,15 @@ that waited for it."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from pathlib import Path
 
 from django.conf import settings
 
-from inspo_engine.env.datasets import load_corpus
-from inspo_engine.env.retrievers import build_retriever
+from inspo_engine.env.indexes import build_index
+from inspo_engine.env.retrievers import embed_texts
 from webapp.data.indexing import index_job_claim, index_job_end, index_job_progress, index_job_release
 from webapp.data.models import IndexJob
 from webapp.data.references import version_file
@@ -49,9 +50,7 @@ def _build(job: IndexJob) -> None:
     """Build the index of the job's corpus, reporting progress to every job that shares its build."""
     cache = Path(settings.INSPO_CACHE_DIR)
     build = job.build or job.pk
-    passages = load_corpus(str(version_file(job.version, cache)))
-    if not index_job_progress(job_id=build, done=0, total=len(passages)):
-        raise IndexCancelled
+    corpus = version_file(job.version, cache)
     started = time.monotonic()
 
     def progress(done: int, total: int) -> None:
@@ -59,5 +58,7 @@ def _build(job: IndexJob) -> None:
         if not index_job_progress(job_id=build, done=done, total=total, rate=rate):
             raise IndexCancelled
 
-    build_retriever(job.method, passages, cache_dir=cache / "retrievers", progress=progress)
-    index_job_progress(job_id=build, done=len(passages), total=len(passages))
+    encode = embed_texts if job.method == "dense" else None
+    folder = build_index(job.method, corpus, cache / "indexes", encode=encode, progress=progress)
+    rows = int(json.loads((folder / "meta.json").read_text(encoding="utf-8"))["rows"])
+    index_job_progress(job_id=build, done=rows, total=rows)

@@ -208,6 +208,7 @@ def _train(session: Training, backend: PolicyBackend | None) -> Any:
         retriever_policy=access.retriever_policy,
         optimizer_policy=access.optimizer_policy,
         control=DatabaseControl(session.run.pk),
+        retrieval_service=settings.INSPO_RETRIEVAL_URL or None,
     )
     if checkpoint is not None:
         loop.load_checkpoint(Path(checkpoint.path))

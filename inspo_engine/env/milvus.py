@@ -456,3 +456,14 @@ class MilvusRetriever:
 
     def search(self, queries: Sequence[str], k: int) -> list[list[Passage]]:
         return [[passage for passage, _ in hits] for hits in self.search_with_scores(queries, k)]
+
+
+def collection_for_index(prefix: str, index: str, *, model: str = "") -> str:
+    """The collection that holds what the embedded engine would keep in the index folder `index` (`bm25-<32 hex>`),
+    so the retrieval service names both alike.
+
+    >>> collection_for_index("inspo", "bm25-" + "ab" * 16)
+    'inspo_bm25_abababababababababababababababab'
+    """
+    method, _, digest = index.partition("-")
+    return collection_name(prefix, digest + "0" * 32, method, model=model)  # type: ignore[arg-type]

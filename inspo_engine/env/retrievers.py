@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -393,9 +394,18 @@ class RemoteRetriever:
     """
 
     def __init__(
-        self, url: str, *, timeout_s: float = 30.0, return_scores: bool = True, policy: NetPolicy | None = None
+        self,
+        url: str,
+        *,
+        timeout_s: float = 30.0,
+        return_scores: bool = True,
+        policy: NetPolicy | None = None,
+        retries: int = 0,
     ) -> None:
+        """`retries`: attempts after the first when the server cannot be reached or answers 502-504, 1, 2, 4 … s
+        apart; then the search fails with RetrieverError (a server that answers slowly fails after `timeout_s`)."""
         self.url = retrieve_url(url)
+        self.retries = retries
         if policy is not None:
             check_url(self.url, policy)
         self.return_scores = return_scores
@@ -406,10 +416,7 @@ class RemoteRetriever:
 
     def _post(self, queries: Sequence[str], k: int, return_scores: bool) -> list[list[tuple[Passage, float | None]]]:
         payload = {"queries": list(queries), "topk": k, "return_scores": return_scores}
-        try:
-            response = self._client.post(self.url, json=payload)
-        except httpx.HTTPError as error:
-            raise RetrieverError(f"cannot reach the retriever at {self.url}: {transport_error(error)}") from error
+        response = self._send(payload)
         where = f"the retriever at {self.url}"
         if response.status_code != 200:
             raise RetrieverError(f"{where} answered HTTP {response.status_code}")
@@ -421,6 +428,22 @@ class RemoteRetriever:
         if not isinstance(result, list) or len(result) != len(queries) or not all(isinstance(r, list) for r in result):
             raise RetrieverError(f"{where} returned no 'result' list per query")
         return [[_hit(item, self.url) for item in hits] for hits in result]
+
+    def _send(self, payload: dict[str, Any]) -> httpx.Response:
+        for attempt in range(self.retries + 1):
+            last = attempt == self.retries
+            try:
+                response = self._client.post(self.url, json=payload)
+            except httpx.HTTPError as error:
+                if last:
+                    tries = f" ({attempt + 1} attempts)" if attempt else ""
+                    reason = transport_error(error)
+                    raise RetrieverError(f"cannot reach the retriever at {self.url}: {reason}{tries}") from error
+            else:
+                if last or response.status_code not in (502, 503, 504):
+                    return response
+            time.sleep(2**attempt)
+        raise AssertionError("unreachable")
 
     def search_with_scores(self, queries: Sequence[str], k: int) -> Scored:
         if not queries:

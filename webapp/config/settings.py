@@ -93,6 +93,27 @@ this folder, never one a link leads out of it. Not built: /docs/ answers 404 wit
 STATE_DIR.mkdir(parents=True, exist_ok=True)
 
 
+# -- retrieval --------------------------------------------------------------------------------------------------
+
+INSPO_RETRIEVAL_URL = env_str("INSPO_RETRIEVAL_URL", "").rstrip("/")
+"""The retrieval service runs search through (`manage.py retrieval_service`; `make run` and docker-compose start one
+and set this). Empty: each run searches its corpus's on-disk index in its own process. An operator's address: runs
+reach it without the retriever host allow-list, which confines only URLs that users choose."""
+INSPO_RETRIEVAL_HOST = env_str("INSPO_RETRIEVAL_HOST", "127.0.0.1")
+INSPO_RETRIEVAL_PORT = env_int("INSPO_RETRIEVAL_PORT", 8100, minimum=1)
+"""Where `manage.py retrieval_service` listens."""
+INSPO_RETRIEVAL_ENGINE = env_str("INSPO_RETRIEVAL_ENGINE", "embedded")
+"""`embedded` (tantivy and faiss indexes under INSPO_CACHE_DIR/indexes) or `milvus` (a Milvus deployment at
+INSPO_MILVUS_URI: index jobs write its collections and the service searches them)."""
+if INSPO_RETRIEVAL_ENGINE not in ("embedded", "milvus"):
+    raise ImproperlyConfigured("INSPO_RETRIEVAL_ENGINE: must be 'embedded' or 'milvus'")
+INSPO_MILVUS_URI = env_str("INSPO_MILVUS_URI", "")
+INSPO_MILVUS_TOKEN = env_str("INSPO_MILVUS_TOKEN", "")
+"""Milvus's address and token (user:password or an API key); the token is never shown or sent elsewhere."""
+if INSPO_RETRIEVAL_ENGINE == "milvus" and not INSPO_MILVUS_URI:
+    raise ImproperlyConfigured("INSPO_RETRIEVAL_ENGINE=milvus needs INSPO_MILVUS_URI")
+
+
 def _secret_key() -> str:
     key = os.environ.get("DJANGO_SECRET_KEY")
     if key is not None:

@@ -120,6 +120,7 @@ ERROR_MEANINGS = {
     413: "The request body is larger than the server accepts.",
     416: "The Range asked for lies outside the file; Content-Range gives its size.",
     429: "Too many requests: the API's rate limit, or a team quota (active runs); `detail` says which.",
+    503: "A service the platform runs beside the web app (the retrieval service) does not answer.",
 }
 ALWAYS = (401, 429)
 """What any operation may answer: every one needs a signed-in caller and counts against the rate limit."""

@@ -25,6 +25,12 @@ class Gone(ServiceError):
     status = 410
 
 
+class Unavailable(ServiceError):
+    """A service the platform runs beside the web app (the retrieval service) does not answer."""
+
+    status = 503
+
+
 class QuotaExceeded(ServiceError):
     """The team has used up one of its quotas (active runs); the message says the quota and the usage."""
 

@@ -20,6 +20,7 @@ from webapp.core.errors import InvalidInput
 
 from . import indexing, selectors, services
 from .models import Dataset, DatasetVersion, IndexJob
+from .retrieval import retrieval_status
 from .shapes import FieldMap
 from .uploads import upload_too_large
 
@@ -233,3 +234,12 @@ class IndexJobCancelApi(APIView):
         if job.version.dataset.team is None and not user.is_staff:
             raise InvalidInput({"job": ["shared data's index jobs are the operator's"]})
         return Response(IndexJobOutputSerializer(indexing.index_job_cancel(job=job, user=user)).data)
+
+
+class RetrievalStatusApi(APIView):
+    @extend_schema(
+        summary="The retrieval service: its memory, and the size and query latency of each index your teams can see",
+        responses={200: dict[str, Any], **error_responses(503)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(retrieval_status(user=acting_user(request)))

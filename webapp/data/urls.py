@@ -9,6 +9,7 @@ api_urlpatterns = [
     path("datasets/<int:dataset_id>/", apis.DatasetDetailApi.as_view(), name="dataset"),
     path("datasets/<int:dataset_id>/index/", apis.DatasetIndexApi.as_view(), name="dataset-index"),
     path("index-jobs/<int:job_id>/", apis.IndexJobApi.as_view(), name="index-job"),
+    path("retrieval/", apis.RetrievalStatusApi.as_view(), name="retrieval"),
     path("index-jobs/<int:job_id>/cancel/", apis.IndexJobCancelApi.as_view(), name="index-job-cancel"),
 ]
 

@@ -119,7 +119,7 @@ class Harness:
                 cache_dir=out_dir,
                 sink=self.sink,
                 backend=self.policy,
-                inputs=RunInputs(train=questions(16), eval_sets={}, corpus=None),
+                inputs=RunInputs(train=questions(16), eval_sets={}),
             )
         )
         self.data_rng = random.Random(1)
