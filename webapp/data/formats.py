@@ -3,9 +3,11 @@
 `golden_answers` columns, or `prompt` with `reward_model.ground_truth.target`), and either gzipped. It knows files
 and limits, not Django, teams or storage.
 
-Memory stays bounded whatever the file's size: lines are read one at a time (at most `max_line_bytes` each), parquet
-a batch of rows at a time, and the duplicate-id check keeps 8 bytes of digest per record. The first bad record stops
-the check with an `UploadRefused` naming the file, the line or row, and the field.
+Memory stays bounded whatever the file's size: lines are read a block at a time (at most `max_line_bytes` each),
+parquet a batch of rows at a time, and the duplicate-id check keeps 16 bytes per record (a digest and a line). The
+first bad record stops the check with an `UploadRefused` naming the file, the line or row, and the field. Plain
+FlashRAG JSONL is checked a block at a time in C (`fastpath`); a block with anything else in it, a problem included,
+is checked here a record at a time, so the messages are the same either way.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 import orjson
 
 from webapp.core.text import json_depth
 
-from .shapes import NO_MAPPING, FieldMap, Shape, ShapeUnknown, detect, ids_from, read
+from .fastpath import MAX_ID_CHARS, Batch, Blocks, FastLines
+from .shapes import FLASHRAG, NO_MAPPING, FieldMap, Shape, ShapeUnknown, detect, ids_from, read
 
 Kind = Literal["questions", "corpus"]
 KINDS: tuple[Kind, ...] = ("questions", "corpus")
@@ -34,9 +37,8 @@ SUFFIXES = (".jsonl", ".jsonl.gz", ".parquet", ".parquet.gz")
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"
 PARQUET_BATCH_ROWS = 1024
-LINE_BLOCK = 1 << 20
-"""Bytes read at a time from a JSONL upload."""
-MAX_ID_CHARS = 200
+LINE_BLOCK = 1 << 19
+"""Bytes read at a time from a JSONL upload (less than a line may hold, so that most blocks need no line measured)."""
 NUL = "\x00"
 NUL_PROBLEM = "holds a NUL character (\\u0000), which no text field may"
 ANSWER_BINS = (1, 2, 3, 4, 5, 10, 20)
@@ -73,6 +75,16 @@ class Limits:
     """How deeply a record's JSON may nest."""
     max_output_bytes: int = 1 << 62
     """What the canonical file may hold: the caller's budget (a team's data left), checked while it is written."""
+
+
+class Progress(Protocol):
+    """Hears a JSONL check's advance after each block of lines; a resumed check starts after `lines` lines and
+    `offset` bytes of its stream."""
+
+    lines: int
+    offset: int
+
+    def block(self, offset: int, lines: int) -> None: ...
 
 
 @dataclass
@@ -119,8 +131,7 @@ def check_upload(
     reader = _Reader(kind, mapping, filename, rows=fmt.startswith("parquet"))
     if fmt.startswith("jsonl"):
         stream: IO[bytes] = _Expansion(source, filename, limits) if fmt.endswith(".gz") else source  # type: ignore[assignment]
-        for number, record in _jsonl_records(stream, filename, limits):
-            writer.add(reader.canonical(record, number, f"line {number}"), number)
+        _jsonl_check(stream, filename, limits, reader, writer)
     else:
         path = _parquet_file(source, filename, limits, workdir) if fmt.endswith(".gz") else _seekable(source, workdir)
         for number, record in _parquet_records(path, filename, kind, mapping):
@@ -138,6 +149,11 @@ class _Reader:
         self.kind, self.mapping, self.filename, self.rows = kind, mapping, filename, rows
         self.shape: Shape | None = None
         self.shape_name, self.ids = "flashrag", "id"
+
+    @property
+    def plain(self) -> bool:
+        """Whether the records are FlashRAG's as they are (a corpus, or questions of that shape with no mapping)."""
+        return self.kind == "corpus" or self.shape == FLASHRAG
 
     def canonical(self, record: Any, number: int, where: str) -> dict[str, Any]:
         if self.kind == "corpus":
@@ -198,10 +214,68 @@ class _Counted(io.RawIOBase):
         return len(data)
 
 
-def _jsonl_records(stream: IO[bytes], filename: str, limits: Limits) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) of every non-blank line; UploadRefused for a long, non-UTF-8 or bad line. (Parsing
-    a batch of lines as one JSON array was measured no faster than a call per line.)"""
-    for number, line in enumerate(_lines(stream, filename, limits.max_line_bytes), start=1):
+HELPER_FROM_BYTES = 32 << 20
+"""Uploads at least this big are checked with a helper process beside this one (`fastpath.Blocks`)."""
+
+
+def _jsonl_check(
+    stream: IO[bytes], filename: str, limits: Limits, reader: _Reader, writer: _Writer, progress: Progress | None = None
+) -> None:
+    """Check every line and write it: a block of lines at a time through `fastpath` once the first record showed
+    plain FlashRAG records, and a block it does not vouch for (or any block before) a record at a time, which
+    names the first bad line and field. `progress` hears the bytes read and the lines done after each block."""
+    checker: Blocks | None = None
+    done, read = (progress.lines, progress.offset) if progress else (0, 0)
+    try:
+        for block, lines in _blocks(stream, filename, limits.max_line_bytes, done):
+            if checker is None:
+                _slow_block(block, done, filename, limits, reader, writer)
+                if reader.plain:
+                    fast = FastLines(reader.kind, limits.max_line_bytes, writer.bins)
+                    checker = Blocks(fast, helper=writer.bounds.upload_bytes >= HELPER_FROM_BYTES)
+                done, read = done + lines, read + len(block)
+                if progress is not None:
+                    progress.block(read, done)
+                continue
+            checker.add(block, lines)
+            while checker.ready():
+                done, read = _fast_block(checker, done, read, filename, limits, reader, writer, progress)
+        while checker is not None and checker.pending:
+            done, read = _fast_block(checker, done, read, filename, limits, reader, writer, progress)
+    finally:
+        if checker is not None:
+            checker.cancel()
+
+
+def _fast_block(
+    checker: Blocks,
+    done: int,
+    read: int,
+    filename: str,
+    limits: Limits,
+    reader: _Reader,
+    writer: _Writer,
+    progress: Progress | None,
+) -> tuple[int, int]:
+    """Write the oldest block in flight, a record at a time when its batch is None; the lines and bytes done."""
+    block, lines, batch = checker.next()
+    if batch is None or not writer.add_batch(batch, done + 1):
+        _slow_block(block, done, filename, limits, reader, writer)
+    done, read = done + lines, read + len(block)
+    if progress is not None:
+        progress.block(read, done)
+    return done, read
+
+
+def _slow_block(block: bytes, done: int, filename: str, limits: Limits, reader: _Reader, writer: _Writer) -> None:
+    for number, record in _block_records(block, done, filename, limits):
+        writer.add(reader.canonical(record, number, f"line {number}"), number)
+
+
+def _block_records(block: bytes, before: int, filename: str, limits: Limits) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of every non-blank line of a block that follows line `before`; UploadRefused for
+    a non-UTF-8 or bad line."""
+    for number, line in enumerate(block.split(b"\n")[:-1], start=before + 1):
         if not line or line.isspace():
             continue
         try:
@@ -213,23 +287,34 @@ def _jsonl_records(stream: IO[bytes], filename: str, limits: Limits) -> Iterator
         yield number, value
 
 
-def _lines(stream: IO[bytes], filename: str, most: int) -> Iterator[bytes]:
-    """The stream's lines (without their newline), read a block at a time and split in C; UploadRefused for a line
-    longer than `most` bytes, found before more than one block past it is held."""
-    rest, number = b"", 0
+def _blocks(stream: IO[bytes], filename: str, most: int, before: int = 0) -> Iterator[tuple[bytes, int]]:
+    """The stream's lines in blocks of whole lines (each ending in a newline; the last gets one) with their count,
+    read `LINE_BLOCK` bytes at a time; UploadRefused for a line longer than `most` bytes, found before more than one
+    block past it is held. `before`: the lines before the stream's start (a resumed check's)."""
+    import numpy as np
+
+    rest, number = b"", before
     while True:
         block = stream.read(LINE_BLOCK)
         if not block:
             break
-        lines = (rest + block).split(b"\n")
-        rest = lines.pop()
-        if len(rest) > most or (lines and max(map(len, lines)) > most):
-            long = next(i for i, line in enumerate([*lines, rest]) if len(line) > most)
-            raise UploadRefused(f"{filename}: line {number + long + 1} is longer than {most:,} bytes")
-        number += len(lines)
-        yield from lines
+        data = rest + block
+        end = data.rfind(b"\n") + 1
+        rest = data[end:]
+        if len(data) <= most:  # no line in it can be longer
+            count = data.count(b"\n", 0, end)
+        else:
+            ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+            lengths = np.diff(ends, prepend=-1) - 1
+            if len(rest) > most or (len(ends) and int(lengths.max()) > most):
+                long = int(np.argmax(lengths > most)) if len(ends) and int(lengths.max()) > most else len(ends)
+                raise UploadRefused(f"{filename}: line {number + long + 1} is longer than {most:,} bytes")
+            count = len(ends)
+        number += count
+        if end:
+            yield data[:end], count
     if rest:
-        yield rest
+        yield rest + b"\n", 1
 
 
 def _bad_line(line: bytes, error: orjson.JSONDecodeError, where: str) -> UploadRefused:
@@ -459,6 +544,21 @@ class _Writer:
         self.lines.append(line)
         text = record["golden_answers"][0] if self.kind == "questions" else record["contents"]
         self.counts[bisect.bisect_left(self.bins, len(text.split()))] += 1
+
+    def add_batch(self, batch: Batch, line: int) -> bool:
+        """Write a block's canonical lines (its first from `line`; none blank) at once; False, writing nothing, when
+        they would pass the bounds (the block is then added a record at a time, which names the line)."""
+        if self.written + len(batch.data) > self.most:
+            return False
+        self._flush()
+        self.written += len(batch.data)
+        self.handle.write(batch.data)
+        self.sha.update(batch.data)
+        self.size += len(batch.data)
+        self.ids.frombytes(batch.digests)
+        self.lines.extend(range(line, line + batch.records))
+        self.counts = [a + b for a, b in zip(self.counts, batch.counts, strict=True)]
+        return True
 
     def _flush(self) -> None:
         if self.batch:
