@@ -16,6 +16,7 @@ import bisect
 import gzip
 import hashlib
 import io
+import os
 import shutil
 import tempfile
 from array import array
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
 
+import msgspec
 import orjson
 
 from webapp.core.text import json_depth
@@ -512,22 +514,62 @@ class _Bounds:
         return "row" if self.fmt.startswith("parquet") else "line"
 
 
+class _Id(msgspec.Struct, gc=False):
+    id: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where an interrupted check of a file stopped: the canonical file's first `size` bytes hold its records, whose
+    lines are `lines`, and the lengths histogram so far."""
+
+    size: int
+    lines: array[int]
+    counts: list[int]
+
+
 class _Writer:
     """Writes canonical records (compact JSON, a batch at a time), hashing them as they go, within its bounds; keeps
     an 8-byte hash of each id (and its line) to find duplicates at the end; counts lengths."""
 
     BATCH = 4096
 
-    def __init__(self, path: Path, kind: Kind, bounds: _Bounds) -> None:
+    def __init__(self, path: Path, kind: Kind, bounds: _Bounds, *, resumed: Resumed | None = None) -> None:
         self.path, self.kind, self.bounds, self.most = path, kind, bounds, bounds.most
-        self.written = 0
-        self.handle = path.open("wb")
         self.sha = hashlib.sha256()
         self.ids, self.lines = array("q"), array("Q")
         self.bins = ANSWER_BINS if kind == "questions" else PASSAGE_BINS
         self.counts = [0] * (len(self.bins) + 1)
-        self.size = 0
+        self.size = self.written = 0
         self.batch: list[bytes] = []
+        if resumed is not None:
+            self._reread(resumed)
+        self.handle = path.open("ab" if resumed is not None else "wb")
+
+    def _reread(self, resumed: Resumed) -> None:
+        """Go on from the first `resumed.size` bytes of the file (the lines an interrupted check wrote): the file cut
+        there, read again for its hash and ids' digests (hashlib's state cannot be saved); ValueError when it does
+        not hold `resumed`'s records."""
+        import msgspec
+
+        with self.path.open("r+b") as handle:
+            handle.truncate(resumed.size)
+            decoder, rest = msgspec.json.Decoder(_Id), b""
+            while block := handle.read(8 << 20):
+                self.sha.update(block)
+                data, end = rest + block, (rest + block).rfind(b"\n") + 1
+                self.ids.extend(map(hash, (r.id for r in decoder.decode_lines(data[:end]))))
+                rest = data[end:]
+        if rest or len(self.ids) != len(resumed.lines):
+            raise ValueError(f"{self.path} does not hold the {len(resumed.lines):,} records its state says")
+        self.lines, self.counts = array("Q", resumed.lines), list(resumed.counts)
+        self.size = self.written = resumed.size
+
+    def checkpoint(self) -> None:
+        """Write out every record added so far (an interrupted check goes on from here)."""
+        self._flush()
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
 
     def add(self, record: dict[str, Any], line: int) -> None:
         encoded = orjson.dumps(record)

@@ -4,9 +4,10 @@ configs (`data:<name>[@<version>]`) are resolved and pinned here too, and runs r
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -25,6 +26,7 @@ from webapp.core.errors import Conflict, InvalidInput, ServiceError
 
 from .formats import KINDS, Checked, Kind, Limits, OverBudget, UploadRefused, check_upload, scratch_directory
 from .models import Dataset, DatasetJobUse, DatasetUse, DatasetVersion, RetiredName
+from .registering import Report, check_file
 from .shapes import NO_MAPPING, FieldMap
 
 if TYPE_CHECKING:
@@ -111,10 +113,10 @@ def dataset_upload(
         checked = _checked(upload, team=team, filename=filename, kind=kind, workdir=workdir, mapping=mapping)  # type: ignore[arg-type]
         existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
         if existing is not None and existing.dataset.kind == kind:
-            _store(checked)  # restores its file when the storage lost it
+            _store(checked, move=True)  # restores its file when the storage lost it
             return Uploaded(existing, created=False, shape=checked.shape, ids=checked.ids)
         _team_total_check(team, checked.size)
-        stored, new = _store(checked)
+        stored, new = _store(checked, move=True)  # the scratch copy is deleted next: a rename will do
         try:
             version = _version_create(team, user, name, kind, split, checked, stored, filename)
             return Uploaded(version, created=True, shape=checked.shape, ids=checked.ids)
@@ -175,15 +177,28 @@ def _team_used(team: Team) -> int:
     return DatasetVersion.objects.filter(dataset__team=team).aggregate(total=Sum("size_bytes"))["total"] or 0
 
 
-def _store(checked: Checked) -> tuple[str, bool]:
+def _store(checked: Checked, *, move: bool = False) -> tuple[str, bool]:
     """The canonical file in the data storage under its sha256 (kept once, whoever uploads it), and whether this
-    call saved it."""
+    call saved it; `move`: a filesystem storage may take the file itself (a rename on the same disk) rather than a
+    copy of it."""
     storage = data_storage()
     name = f"{checked.sha256[:2]}/{checked.sha256}.jsonl"
     if storage.exists(name):
         return name, False
     with checked.path.open("rb") as handle:
-        return str(storage.save(name, File(handle, name=name))), True
+        content = _Movable(handle, name=name, path=checked.path) if move else File(handle, name=name)
+        return str(storage.save(name, content)), True
+
+
+class _Movable(File):  # type: ignore[type-arg]
+    """A file a filesystem storage moves into place (Django's storage does so for a file with a temporary path)."""
+
+    def __init__(self, handle: IO[bytes], *, name: str, path: Path) -> None:
+        super().__init__(handle, name=name)
+        self.path = path
+
+    def temporary_file_path(self) -> str:
+        return str(self.path)
 
 
 def _unstore(files: Sequence[tuple[str, str]]) -> None:
@@ -277,24 +292,36 @@ def _no_live_jobs(dataset: Dataset) -> None:
         )
 
 
-def shared_register(*, path: Path, name: str, kind: str, split: str = "") -> Uploaded:
-    """The operator's file under INSPO_SHARED_DATA_DIR as shared data, checked like an upload (no size limits)."""
+def shared_register(
+    *,
+    path: Path,
+    name: str,
+    kind: str,
+    split: str = "",
+    progress: Callable[[Report], None] | None = None,
+    every: float = 5.0,
+) -> Uploaded:
+    """The operator's file under INSPO_SHARED_DATA_DIR as shared data, checked like an upload but under no upload or
+    team limit, streaming in bounded memory, and resumable: an interrupted call leaves its partial canonical file and
+    state under INSPO_DATA_DIR/registering, and the next call for the same file, name and split goes on from there
+    (`registering`). `progress` hears a report every `every` seconds."""
     errors = _name_errors(name, kind, split)
     if errors:
         raise InvalidInput(errors)
     split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
-    workdir = scratch_directory()
+    key = hashlib.sha256(f"{path.resolve()}\0{name}\0{kind}\0{split}".encode()).hexdigest()[:16]
+    workdir = Path(settings.INSPO_DATA_DIR) / "registering" / key
+    unbounded = Limits(max_bytes=1 << 62, max_expanded_bytes=1 << 62, max_ratio=1000, max_line_bytes=1 << 24)
     try:
-        with path.open("rb") as handle:
-            unbounded = Limits(max_bytes=1 << 62, max_expanded_bytes=1 << 62, max_ratio=1000, max_line_bytes=1 << 24)
-            try:
-                checked = check_upload(handle, filename=path.name, kind=kind, limits=unbounded, workdir=workdir)  # type: ignore[arg-type]
-            except UploadRefused as refused:
-                raise InvalidInput({"file": [refused.message]}) from None
+        checked = check_file(path, kind=kind, limits=unbounded, workdir=workdir, progress=progress, every=every)  # type: ignore[arg-type]
+    except UploadRefused as refused:
+        shutil.rmtree(workdir, ignore_errors=True)  # a bad file: nothing of it is kept
+        raise InvalidInput({"file": [refused.message]}) from None
+    try:
         existing = DatasetVersion.objects.filter(dataset__team=None, dataset__name=name, sha256=checked.sha256).first()
         if existing is not None:
             return Uploaded(existing, created=False)
-        stored, _ = _store(checked)
+        stored, _ = _store(checked, move=True)
         return Uploaded(_version_create(None, None, name, kind, split, checked, stored, path.name), created=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -1,8 +1,11 @@
 """`manage.py register_shared_data`: the operator's files under INSPO_SHARED_DATA_DIR as shared data every team may
-name (read-only), each checked like an upload. One file per call, or a directory of benchmark splits."""
+name (read-only), each checked like an upload but under no upload or team limit. One file per call, or a directory of
+benchmark splits. A corpus of any size streams through in bounded memory with a progress line every few seconds, and
+an interrupted call is resumed by running it again (`registering`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from webapp.core.errors import InvalidInput
 from webapp.data.formats import SUFFIXES
+from webapp.data.registering import Report
 from webapp.data.services import shared_register
 
 
@@ -25,6 +29,9 @@ class Command(BaseCommand):
         parser.add_argument("--name", required=True, help="What configs name: data:<name> (or data:shared/<name>).")
         parser.add_argument("--kind", required=True, choices=("questions", "corpus"))
         parser.add_argument("--split", default="", help="The file's split (questions; default train).")
+        parser.add_argument(
+            "--progress-every", type=float, default=5.0, help="Seconds between progress lines (and checkpoints)."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         root = Path(settings.INSPO_SHARED_DATA_DIR).resolve()
@@ -38,7 +45,14 @@ class Command(BaseCommand):
                 raise CommandError(f"{path} holds no {', '.join(SUFFIXES)} files")
         for file, split in files:
             try:
-                done = shared_register(path=file, name=options["name"], kind=options["kind"], split=split)
+                done = shared_register(
+                    path=file,
+                    name=options["name"],
+                    kind=options["kind"],
+                    split=split,
+                    progress=self._progress(file),
+                    every=options["progress_every"],
+                )
             except InvalidInput as error:
                 raise CommandError(str(error)) from None
             except OSError as error:
@@ -49,6 +63,14 @@ class Command(BaseCommand):
                 f"data:{options['name']} version {version.number} ({version.split}, {version.records} records, "
                 f"sha256 {version.sha256[:12]}): {state}"
             )
+
+    def _progress(self, file: Path) -> Callable[[Report], None]:
+        def report(progress: Report) -> None:
+            resumed = f", resumed at {progress.resumed_from / 1e6:,.0f} MB" if progress.resumed_from else ""
+            self.stdout.write(f"{file.name}: {progress.line()}{resumed}")
+            self.stdout.flush()
+
+        return report
 
 
 def _split_of(path: Path) -> str:
