@@ -64,7 +64,9 @@ def make_retriever(
     encode = embed_texts if env.retriever == "dense" else None
     folder = build_index(env.retriever, corpus_file(env.corpus, root), root, encode=encode)
     if service:
-        return RemoteRetriever(f"{service.rstrip('/')}/indexes/{folder.name}/retrieve", retries=SERVICE_RETRIES)
+        remote = RemoteRetriever(f"{service.rstrip('/')}/indexes/{folder.name}/retrieve", retries=SERVICE_RETRIES)
+        remote.search([""], 1)  # the service opens the index now, and a service that is down fails the run at once
+        return remote
     return CorpusIndex(folder, encode=encode)
 
 

@@ -27,8 +27,17 @@ def option(command: list[str], flag: str) -> str:
 
 
 def test_every_service_the_platform_needs_is_there():
-    assert {"postgres", "redis", "web", "worker-cpu", "worker-gpu", "flower"} <= set(SERVICES)
+    assert {"postgres", "redis", "web", "worker-cpu", "worker-gpu", "flower", "retrieval"} <= set(SERVICES)
     assert SERVICES["worker-gpu"]["runtime"] == "nvidia"
+
+
+def test_workers_search_through_the_retrieval_service_compose_starts():
+    service = SERVICES["retrieval"]
+    assert service["command"][:3] == ["python", "manage.py", "retrieval_service"]
+    port = option(service["command"], "--port")
+    for name in ("worker-cpu", "worker-gpu"):
+        assert SERVICES[name]["environment"]["INSPO_RETRIEVAL_URL"] == f"http://retrieval:{port}"
+    assert "ports" not in service, "the retrieval service answers the compose network only"
 
 
 @pytest.mark.parametrize("name", [n for n, s in SERVICES.items() if s.get("command", [""])[0] == "celery"])
