@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import time
 from array import array
@@ -145,8 +144,6 @@ class _Checkpoints:
         self.writer.checkpoint()
         with (self.workdir / "lines.bin").open("ab") as handle:
             handle.write(self.writer.lines[self.saved :].tobytes())
-            handle.flush()
-            os.fsync(handle.fileno())
         self.saved = len(self.writer.lines)
         state = {
             "schema_version": STATE_VERSION,
