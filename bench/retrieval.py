@@ -3,9 +3,10 @@ indexed and served as the platform does; prints a Markdown table for docs/benchm
 
     .venv/bin/python bench/retrieval.py [--passages N] [--seed 0] [--work /tmp/inspo-retrieval-bench] [--no-dense]
 
-A passage is a title line and 100 words drawn from a Zipf law (s = 1.07) over 500,000 made-up words, the frequent
-ones short, as in English (about 560 bytes, as a wiki-18 passage). A query is 6 words of a random passage: queries
-draw on frequent words, so they are a hard case for BM25's pruning, not an easy one.
+Everything is synthetic: text for BM25, vectors for dense (see 4). A passage is a title line and 100 words drawn
+from a Zipf law (s = 1.07) over 500,000 made-up words, the frequent ones short, as in English (about 560 bytes, as a
+wiki-18 passage). A query is 6 words of a random passage: queries draw on frequent words, so they are a hard case
+for BM25's pruning, not an easy one.
 
 For each size:
 1. BM25: the index built as an index job builds it (`build_index`, this process's two cores); its rate and size.
@@ -108,9 +109,9 @@ def percentile(values: list[float], q: float) -> float:
 # -- the service -----------------------------------------------------------------------------------------------
 
 _SERVICE = (
-    "import sys; from pathlib import Path; from inspo_engine.env.service import IndexShelf, make_service; "
-    "s = make_service(IndexShelf(Path(sys.argv[1])), port=0); print(s.server_address[1], flush=True); "
-    "s.serve_forever()"
+    "import sys, faiss; from pathlib import Path; from inspo_engine.env.service import IndexShelf, make_service; "
+    "faiss.omp_set_num_threads(1); s = make_service(IndexShelf(Path(sys.argv[1])), port=0); "
+    "print(s.server_address[1], flush=True); s.serve_forever()"
 )
 
 
@@ -173,7 +174,10 @@ def run_peak_kb(corpus: str, cache: Path, service: str, queries: list[str]) -> i
 
 
 def dense(rows: int, folder: Path, seed: int) -> dict[str, Any]:
-    """Synthetic clustered unit vectors, the platform's dense index over them, latency and recall@10 vs exact."""
+    """Synthetic clustered unit vectors, the platform's dense index over them, latency (one thread, as the service
+    searches) and recall@10 vs exact."""
+    import faiss
+
     dim = 384
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(256, dim)).astype(np.float32)
@@ -196,6 +200,7 @@ def dense(rows: int, folder: Path, seed: int) -> dict[str, Any]:
                     "dim": dim, "factory": plan.factory()}), encoding="utf-8",
     )  # fmt: skip
     index = CorpusIndex(folder, encode=lambda texts: np.zeros((len(texts), dim), dtype=np.float32))
+    faiss.omp_set_num_threads(1)
     stored = np.memmap(vectors_path, dtype="<f2", mode="r").reshape(-1, dim)
     picked = rng.integers(0, rows, 200)
     queries = stored[picked].astype(np.float32) + 0.3 * rng.normal(size=(200, dim)).astype(np.float32)

@@ -232,7 +232,11 @@ def make_service(shelf: IndexShelf, host: str = "127.0.0.1", port: int = 8100) -
 
 
 def serve(shelf: IndexShelf, host: str, port: int) -> None:
-    """Serve until Ctrl-C or SIGTERM."""
+    """Serve until Ctrl-C or SIGTERM. faiss searches one query per thread: the service's concurrency is its
+    requests', and OpenMP's threads spinning beside them only slow every search down."""
+    import faiss
+
+    faiss.omp_set_num_threads(1)
     server = make_service(shelf, host, port)
     bound_host, bound_port = server.server_address[:2]
     print(f"Retrieval service on http://{bound_host!s}:{bound_port}/ over {shelf.root}", flush=True)
