@@ -10,13 +10,16 @@ import logging
 import time
 from pathlib import Path
 
+import numpy as np
 from django.conf import settings
 
-from inspo_engine.env.indexes import build_index
-from inspo_engine.env.retrievers import embed_texts
+from inspo_engine.env.indexes import Progress, build_index, count_lines, index_name
+from inspo_engine.env.retrievers import DEFAULT_MODEL_NAME, embed_texts
+from inspo_engine.env.store import corpus_digest, scan_corpus
 from webapp.data.indexing import index_job_claim, index_job_end, index_job_progress, index_job_release
 from webapp.data.models import IndexJob
 from webapp.data.references import version_file
+from webapp.data.retrieval import milvus_settings
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +61,37 @@ def _build(job: IndexJob) -> None:
         if not index_job_progress(job_id=build, done=done, total=total, rate=rate):
             raise IndexCancelled
 
-    encode = embed_texts if job.method == "dense" else None
-    folder = build_index(job.method, corpus, cache / "indexes", encode=encode, progress=progress)
-    rows = int(json.loads((folder / "meta.json").read_text(encoding="utf-8"))["rows"])
+    if settings.INSPO_RETRIEVAL_ENGINE == "milvus" and job.method == "bm25":
+        rows = _write_milvus(job.method, corpus, None, progress)  # Milvus scores BM25 itself: no local index
+    else:
+        encode = embed_texts if job.method == "dense" else None
+        folder = build_index(job.method, corpus, cache / "indexes", encode=encode, progress=progress)
+        rows = int(json.loads((folder / "meta.json").read_text(encoding="utf-8"))["rows"])
+        if settings.INSPO_RETRIEVAL_ENGINE == "milvus":
+            rows = _write_milvus(job.method, corpus, folder, progress)
     index_job_progress(job_id=build, done=rows, total=rows)
+
+
+def _write_milvus(method: str, corpus: Path, dense_folder: Path | None, progress: Progress) -> int:
+    """The corpus (and, for dense, the embeddings just built) into the Milvus collection the retrieval service
+    searches under the index's name; resumable, as the writer goes on from the rows already there."""
+    from inspo_engine.env.milvus import MilvusIndexWriter, collection_for_index
+
+    name = index_name(method, corpus_digest(corpus))
+    model = DEFAULT_MODEL_NAME if method == "dense" else ""
+    embeddings = None
+    if dense_folder is not None:
+        meta = json.loads((dense_folder / "meta.json").read_text(encoding="utf-8"))
+        embeddings = np.memmap(dense_folder / "vectors.f16", dtype="<f2", mode="r").reshape(-1, int(meta["dim"]))
+    settings_ = milvus_settings()
+    passages = ((row, passage) for row, (_, _, passage) in enumerate(scan_corpus(corpus)))
+    with MilvusIndexWriter(settings_) as writer:
+        report = writer.write(
+            collection_for_index(settings_.prefix, name, model=model),
+            passages,
+            total=count_lines(corpus),
+            method=method,  # type: ignore[arg-type]
+            embeddings=embeddings,  # type: ignore[arg-type]
+            progress=progress,
+        )
+    return report.rows
