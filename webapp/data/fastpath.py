@@ -16,6 +16,9 @@ Why each step is what it is:
 from __future__ import annotations
 
 import multiprocessing
+import os
+import threading
+import time
 from array import array
 from bisect import bisect_left
 from collections import Counter, deque
@@ -183,10 +186,27 @@ def _helper_pool() -> Executor | None:
     global _helper
     if _helper is None:
         try:
-            _helper = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("fork"))
+            _helper = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("fork"),
+                initializer=_helper_watch,
+                initargs=(os.getpid(),),
+            )
         except (OSError, ValueError):
             return None
     return _helper
+
+
+def _helper_watch(parent: int) -> None:
+    """In the helper: exit within a second of the process that started it (a killed web worker or command leaves no
+    helper behind: the helper holds its own copy of the pipe, so it would never see it close)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="helper-watch", daemon=True).start()
 
 
 def _helper_drop() -> None:

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import json
 import random
+import subprocess
+import sys
+import time
 from array import array
+from pathlib import Path
 
 import orjson
 import pytest
@@ -157,3 +161,19 @@ def test_a_dead_helper_leaves_this_process_to_check_every_block(alice, api, smal
     monkeypatch.setattr(fastpath, "_helper_pool", lambda: None)
     response = upload(api(alice), jsonl(questions(2000)))
     assert response.status_code == 201 and response.json()["records"] == 2000
+
+
+def test_the_helper_exits_once_the_process_that_started_it_is_killed():
+    code = (
+        "import os; from webapp.data import fastpath; "
+        "print(fastpath._helper_pool().submit(os.getpid).result(), flush=True); os.kill(os.getpid(), 9)"
+    )
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=60)
+    helper = Path(f"/proc/{int(done.stdout.split()[0])}/stat")
+    for _ in range(150):  # it looks for its parent once a second
+        if not helper.exists() or helper.read_text().split(")")[-1].split()[0] == "Z":
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the helper outlived the process that started it")
