@@ -91,7 +91,7 @@ def _write_milvus(method: str, corpus: Path, dense_folder: Path | None, progress
             passages,
             total=count_lines(corpus),
             method=method,  # type: ignore[arg-type]
-            embeddings=embeddings,  # type: ignore[arg-type]
+            embeddings=embeddings,
             progress=progress,
         )
     return report.rows
