@@ -22,7 +22,7 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import Counter, deque
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool as BrokenExecutor
 from dataclasses import dataclass
 from itertools import chain
@@ -124,6 +124,7 @@ _ID, _CONTENTS, _QUESTION, _ANSWERS = (attrgetter(name) for name in ("id", "cont
 HELPER_DEPTH = 4
 """Blocks in flight: while the helper checks the even blocks, this process checks the odd ones and writes."""
 _helper: Executor | None = None
+_helper_lock = threading.Lock()
 _checkers: dict[tuple[str, int, tuple[int, ...]], FastLines] = {}
 
 
@@ -159,7 +160,7 @@ class Blocks:
             return block, lines, self.fast.batch(block, lines)
         try:
             return block, lines, future.result()
-        except (BrokenExecutor, OSError):  # the helper died: this process checks the block itself
+        except (BrokenExecutor, CancelledError, OSError):  # the helper died: this process checks the block itself
             _helper_drop()
             self.helper = None
             return block, lines, self.fast.batch(block, lines)
@@ -180,21 +181,23 @@ def _helper_batch(key: tuple[str, int, tuple[int, ...]], block: bytes, lines: in
 
 
 def _helper_pool() -> Executor | None:
-    """One helper process for this web process, started on first use and kept; None when it cannot start. It is
-    forked: the web process has no threads of its own then (one request at a time), and the helper touches nothing
-    of what it copied but this module (a spawned one would import the web process's main module again)."""
+    """One helper process for this web process, started on first use and shared by its request threads; None when it
+    cannot start. It is forked (a spawned one would import the web process's main module again); of what it copied
+    it runs only this module's decoding, which takes no lock another thread of the web process could have held at
+    the fork (no logging, no imports)."""
     global _helper
-    if _helper is None:
-        try:
-            _helper = ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("fork"),
-                initializer=_helper_watch,
-                initargs=(os.getpid(),),
-            )
-        except (OSError, ValueError):
-            return None
-    return _helper
+    with _helper_lock:
+        if _helper is None:
+            try:
+                _helper = ProcessPoolExecutor(
+                    max_workers=1,
+                    mp_context=multiprocessing.get_context("fork"),
+                    initializer=_helper_watch,
+                    initargs=(os.getpid(),),
+                )
+            except (OSError, ValueError):
+                return None
+        return _helper
 
 
 def _helper_watch(parent: int) -> None:
@@ -210,8 +213,9 @@ def _helper_watch(parent: int) -> None:
 
 
 def _helper_drop() -> None:
-    """Forget a helper that died (the next upload starts another)."""
+    """Forget a helper that died (the next upload starts another); another request's blocks in it fail over too."""
     global _helper
-    if _helper is not None:
-        _helper.shutdown(wait=False, cancel_futures=True)
-    _helper = None
+    with _helper_lock:
+        if _helper is not None:
+            _helper.shutdown(wait=False)
+        _helper = None

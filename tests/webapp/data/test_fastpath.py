@@ -177,3 +177,41 @@ def test_the_helper_exits_once_the_process_that_started_it_is_killed():
         time.sleep(0.1)
     else:
         pytest.fail("the helper outlived the process that started it")
+
+
+def blocks_of(prefix: str, count: int = 12) -> list[bytes]:
+    return [jsonl(questions(40, prefix=f"{prefix}{i}-")) for i in range(count)]
+
+
+def checked_in_order(blocks: list[bytes]) -> list[bytes | None]:
+    checker = fastpath.Blocks(fastpath.FastLines("questions", 1 << 20, ANSWER_BINS), helper=True)
+    found = []
+    for block in blocks:
+        checker.add(block, 40)
+        while checker.ready():
+            found.append(checker.next()[2])
+    while checker.pending:
+        found.append(checker.next()[2])
+    return [None if batch is None else batch.data for batch in found]
+
+
+def test_two_request_threads_share_the_helper_and_each_gets_its_own_blocks_back():
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = fastpath.FastLines("questions", 1 << 20, ANSWER_BINS)
+    with ThreadPoolExecutor(2) as threads:
+        results = list(threads.map(checked_in_order, [blocks_of("a"), blocks_of("b")]))
+    for prefix, found in zip("ab", results, strict=True):
+        assert found == [local.batch(block, 40).data for block in blocks_of(prefix)]  # type: ignore[union-attr]
+
+
+def test_a_helper_killed_during_a_check_leaves_this_process_to_check_the_rest():
+    import os
+    import signal
+
+    helper = fastpath._helper_pool()
+    assert helper is not None
+    os.kill(helper.submit(os.getpid).result(), signal.SIGKILL)
+    local = fastpath.FastLines("questions", 1 << 20, ANSWER_BINS)
+    assert checked_in_order(blocks_of("c")) == [local.batch(b, 40).data for b in blocks_of("c")]  # type: ignore[union-attr]
+    assert checked_in_order(blocks_of("d")) == [local.batch(b, 40).data for b in blocks_of("d")]  # type: ignore[union-attr]
