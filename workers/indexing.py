@@ -5,6 +5,7 @@ that waited for it."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -64,12 +65,19 @@ def _build(job: IndexJob) -> None:
     if settings.INSPO_RETRIEVAL_ENGINE == "milvus" and job.method == "bm25":
         rows = _write_milvus(job.method, corpus, None, progress)  # Milvus scores BM25 itself: no local index
     else:
-        encode = embed_texts if job.method == "dense" else None
+        encode = functools.partial(embed_texts, device=_device()) if job.method == "dense" else None
         folder = build_index(job.method, corpus, cache / "indexes", encode=encode, progress=progress)
         rows = int(json.loads((folder / "meta.json").read_text(encoding="utf-8"))["rows"])
         if settings.INSPO_RETRIEVAL_ENGINE == "milvus":
             rows = _write_milvus(job.method, corpus, folder, progress)
     index_job_progress(job_id=build, done=rows, total=rows)
+
+
+def _device() -> str | None:
+    """CUDA where this worker has a GPU (a dense job on the gpu queue), else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
 
 
 def _write_milvus(method: str, corpus: Path, dense_folder: Path | None, progress: Progress) -> int:

@@ -107,6 +107,14 @@ INSPO_RETRIEVAL_ENGINE = env_str("INSPO_RETRIEVAL_ENGINE", "embedded")
 INSPO_MILVUS_URI: index jobs write its collections and the service searches them)."""
 if INSPO_RETRIEVAL_ENGINE not in ("embedded", "milvus"):
     raise ImproperlyConfigured("INSPO_RETRIEVAL_ENGINE: must be 'embedded' or 'milvus'")
+INSPO_DENSE_INDEX_QUEUE = env_str("INSPO_DENSE_INDEX_QUEUE", "cpu")
+"""Where dense index jobs encode their passages: `gpu` once the deployment has a GPU worker (it encodes on CUDA, in
+batches), else `cpu`, where the Data page says how long it will take."""
+if INSPO_DENSE_INDEX_QUEUE not in ("cpu", "gpu"):
+    raise ImproperlyConfigured("INSPO_DENSE_INDEX_QUEUE: must be 'cpu' or 'gpu'")
+INSPO_DENSE_CPU_PASSAGES_PER_S = env_int("INSPO_DENSE_CPU_PASSAGES_PER_S", 13, minimum=1)
+"""The encoding rate a dense job on the cpu queue is estimated at before this deployment has finished one (13: the
+shipped MiniLM on two busy cores, docs/benchmarks.md); afterwards, the rate its last finished cpu job measured."""
 INSPO_MILVUS_URI = env_str("INSPO_MILVUS_URI", "")
 INSPO_MILVUS_TOKEN = env_str("INSPO_MILVUS_TOKEN", "")
 """Milvus's address and token (user:password or an API key); the token is never shown or sent elsewhere."""

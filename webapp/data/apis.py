@@ -64,13 +64,25 @@ class DatasetOutputSerializer(serializers.ModelSerializer[Dataset]):
 class IndexJobOutputSerializer(serializers.ModelSerializer[IndexJob]):
     version = serializers.IntegerField(source="version.number", read_only=True)
     eta_s = serializers.FloatField(read_only=True, allow_null=True, help_text="Seconds left at the rate so far.")
+    estimate_s = serializers.SerializerMethodField(
+        help_text="A dense job on the cpu queue, before it has a rate: seconds its encoding will take."
+    )
+    queue = serializers.SerializerMethodField(
+        help_text="The worker queue that builds it (dense: gpu where there is one)."
+    )
 
     class Meta:
         model = IndexJob
         fields = (
-            "id", "version", "method", "status", "passages_done", "passages_total", "rate", "eta_s", "error",
-            "created_at", "started_at", "finished_at",
+            "id", "version", "method", "status", "passages_done", "passages_total", "rate", "eta_s", "estimate_s",
+            "queue", "error", "created_at", "started_at", "finished_at",
         )  # fmt: skip
+
+    def get_estimate_s(self, job: IndexJob) -> float | None:
+        return indexing.index_job_estimate_s(job)
+
+    def get_queue(self, job: IndexJob) -> str:
+        return indexing.index_queue(job.method)
 
 
 class DatasetListCreateApi(APIView):

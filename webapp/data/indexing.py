@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -67,11 +68,26 @@ def index_job_start(*, dataset: Dataset, user: User, method: str) -> tuple[Index
     return index_job_for(_corpus_version(dataset), method)
 
 
+def index_queue(method: str) -> str:
+    """Dense jobs encode on the gpu queue where the deployment has a GPU worker (INSPO_DENSE_INDEX_QUEUE)."""
+    return settings.INSPO_DENSE_INDEX_QUEUE if method == "dense" else INDEX_QUEUE
+
+
+def index_job_estimate_s(job: IndexJob) -> float | None:
+    """Before a dense job on the cpu queue has a rate of its own: how long encoding its passages will take at the
+    rate of this deployment's last finished cpu dense job (or INSPO_DENSE_CPU_PASSAGES_PER_S). None otherwise."""
+    if job.method != "dense" or index_queue("dense") != "cpu" or job.status in IndexJob.ENDED or job.rate:
+        return None
+    done = IndexJob.objects.filter(method="dense", status=IndexJob.Status.DONE, rate__gt=0).order_by("-finished_at")
+    rate = done.values_list("rate", flat=True).first() or settings.INSPO_DENSE_CPU_PASSAGES_PER_S
+    return round((job.passages_total or job.version.records) / rate, 1)
+
+
 def index_job_send(job: IndexJob) -> None:
     from webapp.runs import tasks  # the one place that talks to the broker
 
     try:
-        tasks.send(INDEX_TASK, [job.pk], INDEX_QUEUE)
+        tasks.send(INDEX_TASK, [job.pk], index_queue(job.method))
     except Exception:
         log.exception("could not send index job %s; starting it again from the Data page sends it", job.pk)
 

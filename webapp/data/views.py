@@ -16,7 +16,7 @@ from webapp.core.errors import InvalidInput, ServiceError
 
 from . import selectors, services
 from .forms import UploadForm
-from .indexing import METHODS
+from .indexing import METHODS, index_job_estimate_s
 from .models import Dataset
 from .uploads import upload_too_large
 
@@ -79,7 +79,7 @@ def data_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
         "histogram": _histogram(splits, split),
         "versions": dataset.versions.order_by("-number"),
         "uses": selectors.dataset_runs(dataset=dataset, user=user)[:100],
-        "jobs": selectors.index_job_list(dataset=dataset),
+        "jobs": [(job, _duration(index_job_estimate_s(job))) for job in selectors.index_job_list(dataset=dataset)],
         "methods": METHODS,
         "can_act": _member(role),
         "can_index": dataset.kind == "corpus"
@@ -118,3 +118,17 @@ def _act(request: HttpRequest, dataset: Dataset) -> HttpResponse:
     except ServiceError as error:
         messages.error(request, error.message)
     return redirect("data:detail", dataset_id=dataset.pk)
+
+
+def _duration(seconds: float | None) -> str:
+    """A long wait in words.
+
+    >>> _duration(200), _duration(7_500), _duration(1_600_000), _duration(None)
+    ('3 min', '2 h 5 min', '18.5 days', '')
+    """
+    if seconds is None:
+        return ""
+    if seconds >= 2 * 86_400:
+        return f"{seconds / 86_400:.1f} days"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min" if hours else f"{max(minutes, 1)} min"

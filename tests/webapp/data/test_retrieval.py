@@ -66,3 +66,24 @@ def test_without_a_service_it_says_so_and_a_dead_one_is_a_503(api: Any, alice: A
 
 def test_it_needs_a_signed_in_caller(client: Any) -> None:
     assert client.get("/api/v1/retrieval/").status_code in (401, 403)
+
+
+def test_a_dense_job_on_the_cpu_queue_says_how_long_its_encoding_will_take(
+    api: Any, alice: Any, settings: Any, enqueued: Any, django_capture_on_commit_callbacks: Any, client: Any
+) -> None:
+    settings.INSPO_DENSE_CPU_PASSAGES_PER_S = 2
+    rest = api(alice)
+    assert upload(rest, jsonl(corpus(12)), "corpus.jsonl", name="wiki", kind="corpus").status_code == 201
+    dataset = DatasetVersion.objects.get().dataset
+    with django_capture_on_commit_callbacks(execute=True):
+        job = rest.post(f"/api/v1/datasets/{dataset.pk}/index/", {"method": "dense"}, format="json").json()
+    assert (job["queue"], job["estimate_s"]) == ("cpu", 6.0)  # 12 passages at 2 a second
+    assert enqueued[-1][2] == "cpu"
+    client.force_login(alice)
+    page = client.get(f"/data/{dataset.pk}/")
+    assert "encoding on the cpu queue (no GPU worker): about 1 min" in page.content.decode()
+
+    settings.INSPO_DENSE_INDEX_QUEUE = "gpu"
+    bm25 = rest.post(f"/api/v1/datasets/{dataset.pk}/index/", {"method": "bm25"}, format="json").json()
+    assert (bm25["queue"], bm25["estimate_s"]) == ("cpu", None)
+    assert rest.get(f"/api/v1/index-jobs/{job['id']}/").json()["queue"] == "gpu"
