@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from inspo_engine.env.bm25 import CANDIDATES, BM25Index, BM25Writer, words
+from inspo_engine.env import bm25
+from inspo_engine.env.bm25 import BM25Index, BM25Writer, words
 from inspo_engine.env.builtin import builtin_dataset
 from inspo_engine.env.datasets import BUILTIN, DatasetError, join_contents
 from inspo_engine.env.protocol import Passage
@@ -350,7 +351,7 @@ class CorpusIndex:
         if self._bm25 is not None:
             return [
                 self._rescored(query, hits, k)
-                for query, hits in zip(queries, self._bm25.search(queries, max(CANDIDATES * k, 20)), strict=True)
+                for query, hits in zip(queries, self._bm25.search(queries, max(bm25.CANDIDATES * k, 20)), strict=True)
             ]
         assert self.encode is not None
         return self.search_vectors(self.encode(list(queries)), k)
