@@ -97,9 +97,11 @@ def count_lines(path: Path) -> int:
 @dataclass(frozen=True)
 class AnnPlan:
     """The dense index for `rows` passages of `dim` dimensions: exact up to FLAT_MAX; beyond, IVF with about 4·√rows
-    lists and 4-bit fast-scan PQ codes of dim/8 bytes, of which `probes` lists are searched for `rerank` × k candidates
-    re-ranked by their exact inner products (read from the vectors file). At 384 dimensions a passage costs 48 bytes
-    in memory: 1 GB for wiki-18's 21M."""
+    lists and 4-bit fast-scan PQ codes of dim/4 bytes, of which `probes` lists are searched for `rerank` × k candidates
+    re-ranked by their exact inner products (read from the vectors file). At 384 dimensions a passage costs 96 bytes
+    in memory: 2 GB for wiki-18's 21M. At 300k synthetic clustered vectors, 64 probes of 2,048 lists: recall@10
+    0.934 with 20 × k candidates (p95 4.8 ms), 0.977 with 50 × (9.9 ms), 0.990 with 100 × (27.8 ms); codes of dim/8
+    bytes reached 0.893 at 100 ×."""
 
     rows: int
     dim: int
@@ -122,7 +124,7 @@ class AnnPlan:
             raise ValueError(
                 f"a dense index over {self.rows} passages needs a dimension divisible by 4, not {self.dim}"
             )
-        return f"IVF{self.lists},PQ{self.dim // 4}x4fs"
+        return f"IVF{self.lists},PQ{self.dim // 2}x4fs"
 
 
 def _locked(root: Path, name: str) -> Any:

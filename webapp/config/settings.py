@@ -100,6 +100,7 @@ INSPO_RETRIEVAL_URL = env_str("INSPO_RETRIEVAL_URL", "").rstrip("/")
 and set this). Empty: each run searches its corpus's on-disk index in its own process. An operator's address: runs
 reach it without the retriever host allow-list, which confines only URLs that users choose."""
 INSPO_RETRIEVAL_HOST = env_str("INSPO_RETRIEVAL_HOST", "127.0.0.1")
+"""The address `manage.py retrieval_service` binds (compose: 0.0.0.0, on its own network only)."""
 INSPO_RETRIEVAL_PORT = env_int("INSPO_RETRIEVAL_PORT", 8100, minimum=1)
 """Where `manage.py retrieval_service` listens."""
 INSPO_RETRIEVAL_ENGINE = env_str("INSPO_RETRIEVAL_ENGINE", "embedded")
