@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -61,6 +62,7 @@ class Served:
     make: subprocess.Popen[bytes]
     log: Path
     port: int
+    retrieval_port: int
     seen: tuple[psutil.Process, ...] = ()
 
     def text(self) -> str:
@@ -97,15 +99,15 @@ def answers(port: int) -> bool:
 
 @pytest.fixture
 def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
-    port = free_port()
+    port, retrieval_port = free_port(), free_port()
     log = tmp_path / "make-run.log"
     command = ["make", "--no-print-directory", "-o", "install", "-o", "web-migrate", "-o", "web-static"]
-    command += ["web-serve", f"WEB_PORT={port}"]
+    command += ["web-serve", f"WEB_PORT={port}", f"RETRIEVAL_PORT={retrieval_port}"]
     with log.open("wb") as out:
         make = subprocess.Popen(
             command, cwd=REPO, env=embedded_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = Served(make, log, port)
+    server = Served(make, log, port, retrieval_port)
     try:
         yield server
     finally:  # whatever a failed test left behind, by pid
@@ -165,6 +167,20 @@ def test_the_address_and_the_demo_login_come_last_in_a_box(served: Served, embed
     assert not any("[queues]" in line or "[tasks]" in line for line in lines), "a Celery banner"
     later = [line for line in lines[box[-1] + 2 :] if line.strip()]
     assert all(line.startswith("[") for line in later), later  # only log lines of the workers starting
+
+
+def test_the_retrieval_service_starts_beside_the_workers_and_stops_with_them(served: Served) -> None:
+    tree = served.wait_up()
+    health = httpx.get(f"http://127.0.0.1:{served.retrieval_port}/health", timeout=5)
+    assert health.json() == {"status": "ok"}
+    services = [p for p in tree if p.name().startswith("python") and "retrieval_service" in " ".join(p.cmdline())]
+    assert len(services) == 1 and f"INSPO_RETRIEVAL_URL=http://127.0.0.1:{served.retrieval_port}" in " ".join(
+        f"{k}={v}"
+        for k, v in psutil.Process(next(p.pid for p in tree if "celery" in " ".join(p.cmdline()))).environ().items()
+    )
+    served.make.send_signal(signal.SIGTERM)
+    assert_all_gone(tree, served)
+    assert_short_log(served)
 
 
 def test_install_shows_pips_output_only_when_a_step_fails() -> None:

@@ -10,7 +10,9 @@ name only (`bm25-<32 hex>`), so nothing a client sends becomes a path.
 from __future__ import annotations
 
 import json
+import logging
 import re
+import signal
 import threading
 import time
 from collections import deque
@@ -232,17 +234,23 @@ def make_service(shelf: IndexShelf, host: str = "127.0.0.1", port: int = 8100) -
 
 
 def serve(shelf: IndexShelf, host: str, port: int) -> None:
-    """Serve until Ctrl-C or SIGTERM. faiss searches one query per thread: the service's concurrency is its
-    requests', and OpenMP's threads spinning beside them only slow every search down."""
+    """Serve until Ctrl-C or SIGTERM (both handled here: a process started in the background by a shell begins with
+    SIGINT ignored). faiss searches one query per thread: the service's concurrency is its requests', and OpenMP's
+    threads spinning beside them only slow every search down."""
     import faiss
 
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     faiss.omp_set_num_threads(1)
     server = make_service(shelf, host, port)
     bound_host, bound_port = server.server_address[:2]
-    print(f"Retrieval service on http://{bound_host!s}:{bound_port}/ over {shelf.root}", flush=True)
+
+    def stop(signum: int, frame: Any) -> None:
+        threading.Thread(target=server.shutdown, daemon=True).start()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    print(f"[retrieval] serving http://{bound_host!s}:{bound_port}/ (indexes under {shelf.root})", flush=True)
     try:
         server.serve_forever()
-    except KeyboardInterrupt:
-        pass
     finally:
         server.server_close()
