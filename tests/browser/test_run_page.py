@@ -101,10 +101,14 @@ def test_a_finished_runs_page_says_what_it_learnt_and_how_sure_its_population_is
     pages.goto(f"/runs/{run.pk}/")
     page.wait_for_selector("#app[data-ready=true]")
     learnt = page.get_by_test_id("run-learnt")
-    assert "This run taught the format only" in learnt.get_by_test_id("learnt-verdict").inner_text()
+    verdict = learnt.get_by_test_id("learnt-verdict").inner_text()
+    assert "This run taught the format only" in verdict
+    assert "did not change on these 32 questions" in verdict and "interval" not in verdict  # none can be estimated
     facts = learnt.get_by_test_id("learnt-facts").inner_text()
     assert "0.000 before training" in facts and "0.000 after" in facts and "no interval can be estimated" in facts
-    assert "No evolved instruction won" in facts
+    assert "won" not in facts  # the population below cannot tell its two instructions apart
+    assert "The best-weighted instruction is ins-0000 (not yet distinguishable from the others)" in facts
+    assert "ins-0000 has a recent reward of 0.180 [0.080, 0.280] over 6 questions" in facts
     caption = page.get_by_test_id("reward-caption")
     assert caption.is_visible() and "the reward is format credit only" in caption.inner_text()
     verdict = page.get_by_test_id("population-resolution")

@@ -21,12 +21,14 @@ from tests.engine.test_reward_parts import STATIC, FormatAwareBackend
 from tests.factories import (
     EvaluationFactory,
     InstructionFactory,
+    PopulationMemberFactory,
+    PopulationSnapshotFactory,
     RunFactory,
     StepMetricFactory,
     TrajectoryFactory,
 )
-from webapp.runs.learnt import run_learnt
-from webapp.runs.models import EvaluationAnswer, Run
+from webapp.runs.learnt import Correctness, Member, Population, learnt_summary, run_learnt
+from webapp.runs.models import EvaluationAnswer, Instruction, Run
 from webapp.runs.recorder import DatabaseSink
 
 pytestmark = pytest.mark.django_db
@@ -119,6 +121,8 @@ def test_a_run_whose_correctness_did_not_move_says_it_taught_the_format_only(ali
     assert 'data-taught="format"' in html
     assert "This run taught the format only: correctness did not move" in html
     assert "0.000 before training" in html and "no interval can be estimated" in html
+    assert "correctness did not move (exact match did not change on these 32 questions)" in html
+    assert "within the" not in html
     formed = "Well-formed replies (think, search, answer in the protocol's order): 20 % over the first steps, 80 %"
     assert formed in html
     assert "0.160 for the form and 0.000 for correct answers" in html
@@ -135,15 +139,90 @@ def test_without_an_evaluation_before_training_it_says_what_it_compares(alice, a
     assert "eval.eval_at_start is off" in html
 
 
-def test_an_evolved_winner_is_named():
+def test_an_evolved_winner_is_named_only_when_the_last_population_tells_it_from_the_others():
     run = RunFactory(status=Run.Status.FINISHED)
     child = InstructionFactory(run=run, key="ins-0004", origin="reflection", birth_step=8)
+    seed = InstructionFactory(run=run, key="ins-0000", origin="seed", birth_step=0)
     Run.objects.filter(pk=run.pk).update(best_instruction=child)
     run.refresh_from_db()
     assert (
-        "An evolved instruction won: the best, ins-0004, was written by reflection at step 8."
-        in run_learnt(run=run).facts
+        "The best-weighted instruction is ins-0004, written by reflection at step 8 (no population was recorded to "
+        "compare it with)." in run_learnt(run=run).facts
     )
+    snapshot = PopulationSnapshotFactory(run=run, step=12, best=child)
+    for instruction, low, high in ((child, 0.5, 0.7), (seed, 0.1, 0.3)):
+        PopulationMemberFactory(
+            snapshot=snapshot, instruction=instruction, weight=high, recent_reward=(low + high) / 2,
+            recent_low=low, recent_high=high, recent_samples=40,
+        )  # fmt: skip
+    facts = run_learnt(run=run).facts
+    assert "An evolved instruction won: the best, ins-0004, was written by reflection at step 8." in facts
+    assert (
+        "In the last population (after step 12), the best-weighted instruction ins-0004 has a recent reward of 0.600 "
+        "[0.500, 0.700] over 40 questions; every other member's 95 % interval lies below it." in facts
+    )
+
+
+ROWS = {
+    "unchanged, no interval": dict(before=0.0, after=0.0, difference=0.0, constant=True),
+    "unchanged, interval": dict(before=0.25, after=0.25, difference=0.0, low=-0.1, high=0.1),
+    "changed, no interval": dict(before=0.0, after=1.0, difference=1.0),
+    "changed, interval over 0": dict(before=0.2, after=0.25, difference=0.05, low=-0.05, high=0.15),
+    "changed, interval above 0": dict(before=0.1, after=0.3, difference=0.2, low=0.05, high=0.35),
+}
+"""Exact match before and after on 32 questions: whether any question changed × whether an interval can be
+estimated (and where it lies)."""
+POPULATIONS = {
+    "distinguishable": [("ins-0008", 0.6, 0.5, 0.7), ("ins-0003", 0.2, 0.1, 0.3)],
+    "not distinguishable": [("ins-0008", 0.4, 0.1, 0.7), ("ins-0003", 0.3, 0.0, 0.6)],
+    "no interval": [("ins-0008", 0.4, None, None), ("ins-0003", 0.3, None, None)],
+}
+"""The last population: its best-weighted instruction's interval above the other's, overlapping it, or too few
+questions for one."""
+
+
+@pytest.mark.parametrize("population", POPULATIONS)
+@pytest.mark.parametrize("correctness", ROWS)
+def test_every_sentence_of_the_summary_follows_from_the_numbers_its_facts_show(correctness, population):
+    row = Correctness(
+        "builtin", 32, after_step=12, after_instruction="ins-0008", **{"before_step": 0, **ROWS[correctness]}
+    )
+    members = [Member(key, mean, low, high, 5) for key, mean, low, high in POPULATIONS[population]]
+    best = Instruction(key="ins-0008", origin="reflection", birth_step=8)
+    learnt = learnt_summary(
+        correctness=[row], formed=(0.2, 0.8), population=Population(12, members), best=best, total_steps=12
+    )
+    text = " ".join([learnt.verdict, *learnt.facts])
+    facts = " ".join(learnt.facts)
+
+    if row.low is None:  # no interval: none is named, nothing lies "within" it
+        assert "no interval can be estimated" in facts and "95 % interval [" not in text
+        assert "interval" not in learnt.verdict and "within the 95 % interval" not in text
+    else:
+        assert "no interval can be estimated" not in text and "95 % interval [" in facts
+    if correctness == "unchanged, no interval":
+        assert learnt.taught == "format"
+        assert "correctness did not move (exact match did not change on these 32 questions)" in learnt.verdict
+    elif correctness in ("unchanged, interval", "changed, interval over 0"):
+        assert learnt.taught == "format"
+        assert "exact match after training is within the 95 % interval of before" in learnt.verdict
+    elif correctness == "changed, no interval":
+        assert learnt.taught == "correctness"
+        assert "rose on every one of the 32 builtin questions alike (+100.0 EM points)" in learnt.verdict
+    else:
+        assert learnt.taught == "correctness" and "rose beyond its 95 % interval" in learnt.verdict
+
+    if population == "distinguishable":
+        assert "An evolved instruction won: the best, ins-0008, was written by reflection at step 8." in facts
+        assert "every other member's 95 % interval lies below it" in facts
+    else:
+        assert "won" not in text
+        assert (
+            "The best-weighted instruction is ins-0008 (not yet distinguishable from the others), written by "
+            "reflection at step 8." in learnt.facts
+        )
+        said = "overlaps it" if population == "not distinguishable" else "cannot yet tell its instructions apart"
+        assert said in facts
 
 
 def test_runs_recorded_before_and_runs_not_finished_render_without_a_summary(alice, alice_team):
