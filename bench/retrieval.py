@@ -10,9 +10,10 @@ for BM25's pruning, not an easy one.
 
 For each size:
 1. BM25: the index built as an index job builds it (`build_index`, this process's two cores); its rate and size.
-2. The retrieval service in its own process (`env.service`, as `manage.py retrieval_service` runs it): query latency
-   one at a time (300 queries), in batches of 32 (per query), and with 8 concurrent clients (each 60 queries, one at
-   a time); its resident memory after all of them.
+2. The retrieval service in its own processes (`env.service`, as `manage.py retrieval_service` runs it, with
+   --workers processes, by default one per core): query latency one at a time (300 queries), in batches of 32 (per
+   query), and with 8 concurrent clients (each 60 queries, one at a time); its resident memory after all of them
+   (every worker's, pages they share counted once).
 3. A run's process as a worker builds it (`make_retriever` with the service) on this corpus and on the built-in one,
    40 searches each: the difference of their peak resident memory is what this corpus costs a run.
 4. Dense (unless --no-dense): synthetic unit vectors of 384 dimensions in 256 clusters (no encoder runs: encoding
@@ -45,8 +46,11 @@ sys.path.insert(0, str(ROOT))
 
 from inspo_engine.env import indexes  # noqa: E402
 from inspo_engine.env.indexes import AnnPlan, CorpusIndex, build_index  # noqa: E402
+from inspo_engine.env.service import default_workers  # noqa: E402
 
 SIZES = (100_000, 1_000_000, 5_000_000)
+DENSE_PROBES = (32, 64, 128, 256)
+"""Probe counts the dense measurement also tries, beside the platform's own (marked in the table)."""
 _SYLLABLES = "ka lo mi ne ra to su vi de ban cor tel mar sen pol gri fu ho ze ly a o e".split()  # noqa: SIM905
 
 
@@ -109,16 +113,18 @@ def percentile(values: list[float], q: float) -> float:
 # -- the service -----------------------------------------------------------------------------------------------
 
 _SERVICE = (
-    "import sys, faiss; from pathlib import Path; from inspo_engine.env.service import IndexShelf, make_service; "
-    "faiss.omp_set_num_threads(1); s = make_service(IndexShelf(Path(sys.argv[1])), port=0); "
-    "print(s.server_address[1], flush=True); s.serve_forever()"
+    "import sys; from pathlib import Path; from inspo_engine.env.service import IndexShelf, serve; "
+    "serve(IndexShelf(Path(sys.argv[1])), '127.0.0.1', 0, workers=int(sys.argv[2]))"
 )
 
 
-def start_service(root: Path) -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, "-c", _SERVICE, str(root)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    port = int(process.stdout.readline())  # type: ignore[union-attr]
-    return process, f"http://127.0.0.1:{port}"
+def start_service(root: Path, workers: int) -> tuple[subprocess.Popen[str], str]:
+    """The service as `manage.py retrieval_service` runs it, its workers included."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _SERVICE, str(root), str(workers)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    line = process.stdout.readline()  # type: ignore[union-attr]  # "[retrieval] serving http://host:port/ (…)"
+    return process, line.split()[2].rstrip("/")
 
 
 def timed_searches(url: str, batches: list[list[str]]) -> list[float]:
@@ -205,11 +211,6 @@ def dense(rows: int, folder: Path, seed: int) -> dict[str, Any]:
     picked = rng.integers(0, rows, 200)
     queries = stored[picked].astype(np.float32) + 0.3 * rng.normal(size=(200, dim)).astype(np.float32)
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    times, found = [], []
-    for query in queries:
-        started = time.perf_counter()
-        found.append([row for row, _ in index.search_vectors(query[None, :], 10)[0]])
-        times.append((time.perf_counter() - started) * 1000)
     best = np.full((200, 10), -1, dtype=np.int64)
     best_scores = np.full((200, 10), -np.inf, dtype=np.float32)
     for start in range(0, rows, 500_000):
@@ -218,18 +219,30 @@ def dense(rows: int, folder: Path, seed: int) -> dict[str, Any]:
         rows_of = np.concatenate([best, np.arange(start, start + scores.shape[1])[None, :].repeat(200, 0)], axis=1)
         order = np.argsort(-both, axis=1)[:, :10]
         best_scores, best = np.take_along_axis(both, order, 1), np.take_along_axis(rows_of, order, 1)
-    recall = np.mean([len(set(f) & set(b.tolist())) / 10 for f, b in zip(found, best, strict=True)])
+    for query in queries:  # pages in what the searches read
+        index.search_vectors(query[None, :], 10)
+    sweep = []
+    for probes in sorted({plan.probes, *DENSE_PROBES}):
+        if not plan.exact:
+            faiss.extract_index_ivf(index._ann).nprobe = probes
+        times, found = [], []
+        for query in queries:
+            started = time.perf_counter()
+            found.append([row for row, _ in index.search_vectors(query[None, :], 10)[0]])
+            times.append((time.perf_counter() - started) * 1000)
+        recall = np.mean([len(set(f) & set(b.tolist())) / 10 for f, b in zip(found, best, strict=True)])
+        sweep.append({"probes": probes, "p50": percentile(times, 50), "p95": percentile(times, 95),
+                      "recall": float(recall), "platform": probes == plan.probes})  # fmt: skip
     return {
-        "factory": plan.factory(), "probes": plan.probes, "rerank": plan.rerank, "build_s": build_s,
-        "index_mb": (folder / "ann.faiss").stat().st_size / 1e6, "p50": percentile(times, 50),
-        "p95": percentile(times, 95), "recall": float(recall),
+        "factory": plan.factory(), "lists": plan.lists, "rerank": plan.rerank, "build_s": build_s,
+        "index_mb": (folder / "ann.faiss").stat().st_size / 1e6, "sweep": sweep,
     }  # fmt: skip
 
 
 # -- one size --------------------------------------------------------------------------------------------------
 
 
-def measure(passages: int, work: Path, seed: int, with_dense: bool) -> dict[str, Any]:
+def measure(passages: int, work: Path, seed: int, with_dense: bool, workers: int) -> dict[str, Any]:
     corpus = work / f"corpus-{passages}-seed{seed}.jsonl"
     if not corpus.is_file():
         print(f"writing {passages:,} passages …", file=sys.stderr, flush=True)
@@ -244,14 +257,14 @@ def measure(passages: int, work: Path, seed: int, with_dense: bool) -> dict[str,
     build_s = time.monotonic() - started
     size_mb = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 1e6
     queries = queries_of(corpus, 800, seed)
-    service, address = start_service(root)
+    service, address = start_service(root, workers)
     try:
         url = f"{address}/indexes/{folder.name}/retrieve"
         timed_searches(url, [[q] for q in queries[:20]])  # the first searches page the index in
         single = timed_searches(url, [[q] for q in queries[:300]])
         batched = [t / 32 for t in timed_searches(url, [queries[i : i + 32] for i in range(0, 640, 32)])]
         concurrent = concurrent_searches(url, queries[320:800], 8)
-        service_rss_kb, service_hwm_kb = peak_kb(service.pid)
+        service_rss_kb = httpx.get(f"{address}/indexes", timeout=30).json()["rss_bytes"] / 1e3
         run_peak_kb("builtin", cache, address, queries[:1])  # builds the built-in corpus's index, once
         builtin_kb = run_peak_kb("builtin", cache, address, queries[:40])
         corpus_kb = run_peak_kb(str(corpus), cache, address, queries[:40])
@@ -263,7 +276,7 @@ def measure(passages: int, work: Path, seed: int, with_dense: bool) -> dict[str,
         "index_mb": size_mb, "p50": percentile(single, 50), "p95": percentile(single, 95),
         "batch_p50": percentile(batched, 50), "batch_p95": percentile(batched, 95),
         "c8_p50": percentile(concurrent, 50), "c8_p95": percentile(concurrent, 95),
-        "service_rss_gb": service_rss_kb / 1e6, "service_hwm_gb": service_hwm_kb / 1e6,
+        "service_rss_gb": service_rss_kb / 1e6, "workers": workers,
         "run_rss_delta_mb": (corpus_kb - builtin_kb) / 1e3, "run_peak_mb": corpus_kb / 1e3,
     }  # fmt: skip
     if with_dense:
@@ -280,9 +293,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/inspo-retrieval-bench"))
     parser.add_argument("--no-dense", action="store_true")
+    parser.add_argument("--workers", type=int, default=default_workers(), help="the service's processes")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    rows = [measure(n, args.work, args.seed, not args.no_dense) for n in ([args.passages] if args.passages else SIZES)]
+    rows = [
+        measure(n, args.work, args.seed, not args.no_dense, args.workers)
+        for n in ([args.passages] if args.passages else SIZES)
+    ]
+    print(f"The service with {args.workers} worker process{'es' if args.workers > 1 else ''}.\n")
     print(
         "| passages | corpus GB | BM25 build /s | index MB | p50 / p95 ms, one at a time | per query in batches of "
         "32, p50 / p95 ms | p50 / p95 ms, 8 clients | service RSS GB | run RSS vs built-in MB |"
@@ -295,16 +313,19 @@ def main() -> None:
             f"{r['c8_p50']:.1f} / {r['c8_p95']:.1f} | {r['service_rss_gb']:.2f} | {r['run_rss_delta_mb']:+.0f} |"
         )
     if any("dense" in r for r in rows):
-        print("\n| passages (synthetic vectors) | index | build s | index MB | p50 / p95 ms | recall@10 vs flat |")
-        print("|---:|---|---:|---:|---:|---:|")
+        print("\n| passages (synthetic vectors) | index | build s | index MB | lists probed | p50 / p95 ms | "
+              "recall@10 vs flat |")  # fmt: skip
+        print("|---:|---|---:|---:|---:|---:|---:|")
         for r in rows:
             if "dense" in r:
                 d = r["dense"]
-                print(
-                    f"| {r['passages']:,} | {d['factory']}, {d['probes']} lists probed, ×{d['rerank']} re-ranked | "
-                    f"{d['build_s']:.0f} | {d['index_mb']:,.0f} | {d['p50']:.1f} / {d['p95']:.1f} | "
-                    f"{d['recall']:.3f} |"
-                )
+                for point in d["sweep"]:
+                    mark = " (the platform's)" if point["platform"] else ""
+                    print(
+                        f"| {r['passages']:,} | {d['factory']}, ×{d['rerank']} re-ranked | {d['build_s']:.0f} | "
+                        f"{d['index_mb']:,.0f} | {point['probes']} of {d['lists']:,}{mark} | "
+                        f"{point['p50']:.1f} / {point['p95']:.1f} | {point['recall']:.3f} |"
+                    )
     last = rows[-1]
     print(f"N={last['passages']} bm25_build_per_s={last['build_per_s']:.0f} bm25_p95_ms={last['p95']:.1f} "
           f"bm25_p95_8clients_ms={last['c8_p95']:.1f} service_rss_gb={last['service_rss_gb']:.2f} "

@@ -9,10 +9,14 @@ name only (`bm25-<32 hex>`), so nothing a client sends becomes a path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
 import re
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from collections import deque
@@ -32,6 +36,8 @@ MAX_TOPK = 100
 MAX_QUERIES = 1_024
 MAX_QUERY_CHARS = 4_096
 LATENCIES_KEPT = 2_000
+STATS_EVERY_S = 1.0
+"""How often a worker of a multi-process service publishes its latencies for the others' `GET /indexes`."""
 _RETRIEVE = re.compile(r"^/indexes/([^/]+)/retrieve$")
 
 
@@ -61,10 +67,15 @@ def _percentile(values: deque[float], q: float) -> float | None:
     return round(float(np.percentile(np.fromiter(values, float), q)), 2) if values else None
 
 
-def rss_bytes() -> int:
-    """This process's resident memory."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident memory, its pages shared with other processes counted by share (its proportional set
+    size), so that the workers of one service sum to what they hold together; 0 for a process that is gone."""
+    try:
+        rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in rollup.splitlines():
+        if line.startswith("Pss:"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -89,6 +100,13 @@ class IndexShelf:
         self._remote = remote
         self._open: dict[str, _Served] = {}
         self._lock = threading.Lock()
+        self._stats_dir: Path | None = None
+        self._published = 0.0
+
+    def share_stats(self, directory: Path) -> None:
+        """Publish this process's latencies under `directory` (at most every STATS_EVERY_S) and report those the
+        other workers published there: the workers of one service answer `GET /indexes` alike."""
+        self._stats_dir = directory
 
     def _encode(self, texts: list[str]) -> Any:
         with self._encode_lock:
@@ -131,29 +149,87 @@ class IndexShelf:
             served.requests += 1
             served.queries += len(queries)
             served.per_query_ms.extend([elapsed_ms / max(len(queries), 1)] * min(len(queries), 64))
+            if self._stats_dir is not None and time.monotonic() - self._published >= STATS_EVERY_S:
+                self._publish(self._stats_dir)
         return scored
 
+    def _publish(self, directory: Path) -> None:
+        """Write this worker's counts and latencies (under the lock) for its siblings' reports."""
+        self._published = time.monotonic()
+        stats = {
+            name: {
+                "passages": served.passages,
+                "size_bytes": served.size_bytes,
+                "open_s": served.opened_s,
+                "requests": served.requests,
+                "queries": served.queries,
+                "per_query_ms": list(served.per_query_ms),
+            }
+            for name, served in self._open.items()
+        }
+        temporary = directory / f".{os.getpid()}.json"
+        try:
+            temporary.write_text(json.dumps(stats), encoding="utf-8")
+            os.replace(temporary, directory / f"{os.getpid()}.json")
+        except OSError:  # the service is stopping and its folder is gone
+            pass
+
+    def _siblings(self) -> dict[int, dict[str, Any]]:
+        """What the other workers last published, by process id."""
+        if self._stats_dir is None:
+            return {}
+        found = {}
+        for path in self._stats_dir.glob("*.json"):
+            pid = int(path.stem) if path.stem.isdigit() else 0
+            if pid and pid != os.getpid():
+                try:
+                    found[pid] = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+        return found
+
     def report(self) -> dict[str, Any]:
-        """What `GET /indexes` answers: memory, and per index its size and the latency of its last searches."""
+        """What `GET /indexes` answers: memory, and per index its size and the latency of its last searches (over
+        every worker of the service)."""
         built = sorted(p.name for p in self.root.glob("*") if NAME.fullmatch(p.name) and (p / "meta.json").is_file())
+        siblings = self._siblings()
         with self._lock:
-            names = sorted(set(built) | set(self._open))
-            indexes = []
-            for name in names:
-                served = self._open.get(name)
-                entry: dict[str, Any] = {"name": name, "method": name.split("-", 1)[0], "open": served is not None}
-                if served is not None:
-                    entry |= {
-                        "passages": served.passages,
-                        "size_bytes": served.size_bytes,
-                        "open_s": served.opened_s,
-                        "requests": served.requests,
-                        "queries": served.queries,
-                        "query_p50_ms": _percentile(served.per_query_ms, 50),
-                        "query_p95_ms": _percentile(served.per_query_ms, 95),
-                    }
-                indexes.append(entry)
-        return {"rss_bytes": rss_bytes(), "engine": "milvus" if self._remote else "embedded", "indexes": indexes}
+            mine = {
+                name: {
+                    "passages": served.passages,
+                    "size_bytes": served.size_bytes,
+                    "open_s": served.opened_s,
+                    "requests": served.requests,
+                    "queries": served.queries,
+                    "per_query_ms": list(served.per_query_ms),
+                }
+                for name, served in self._open.items()
+            }
+        workers = [mine, *siblings.values()]
+        names = sorted(set(built).union(*workers))
+        indexes = []
+        for name in names:
+            held = [worker[name] for worker in workers if name in worker]
+            entry: dict[str, Any] = {"name": name, "method": name.split("-", 1)[0], "open": bool(held)}
+            if held:
+                latencies: deque[float] = deque(value for stats in held for value in stats["per_query_ms"])
+                entry |= {
+                    "passages": held[0]["passages"],
+                    "size_bytes": held[0]["size_bytes"],
+                    "open_s": max(stats["open_s"] for stats in held),
+                    "requests": sum(stats["requests"] for stats in held),
+                    "queries": sum(stats["queries"] for stats in held),
+                    "query_p50_ms": _percentile(latencies, 50),
+                    "query_p95_ms": _percentile(latencies, 95),
+                }
+            indexes.append(entry)
+        memory = rss_bytes() + sum(rss_bytes(pid) for pid in siblings)
+        return {
+            "rss_bytes": memory,
+            "workers": 1 + len(siblings),
+            "engine": "milvus" if self._remote else "embedded",
+            "indexes": indexes,
+        }
 
 
 def parse_request(body: bytes) -> tuple[list[str], int, bool]:
@@ -225,31 +301,107 @@ class _Handler(BaseHTTPRequestHandler):
         return retrieve_response(self.shelf.search(match.group(1), queries, topk), return_scores)
 
 
+class _Server(ThreadingHTTPServer):
+    """Threads per connection; its listening socket may be shared by the forked workers of one service."""
+
+    daemon_threads = True
+
+    def get_request(self) -> tuple[Any, Any]:
+        connection, address = super().get_request()
+        connection.setblocking(True)  # the shared listening socket is non-blocking; a connection is not
+        return connection, address
+
+
 def make_service(shelf: IndexShelf, host: str = "127.0.0.1", port: int = 8100) -> ThreadingHTTPServer:
     """A bound, not yet serving, HTTP server for the shelf's indexes (port 0 picks a free one)."""
     handler = type("RetrievalServiceHandler", (_Handler,), {"shelf": shelf})
-    server = ThreadingHTTPServer((host, port), handler)
-    server.daemon_threads = True
-    return server
+    return _Server((host, port), handler)
 
 
-def serve(shelf: IndexShelf, host: str, port: int) -> None:
+def default_workers() -> int:
+    """One worker process per core this process may run on, at most 4."""
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
+def serve(shelf: IndexShelf, host: str, port: int, *, workers: int = 1) -> None:
     """Serve until Ctrl-C or SIGTERM (both handled here: a process started in the background by a shell begins with
     SIGINT ignored). faiss searches one query per thread: the service's concurrency is its requests', and OpenMP's
-    threads spinning beside them only slow every search down."""
+    threads spinning beside them only slow every search down.
+
+    With `workers` > 1 the bound socket is shared by that many forked processes, each with its own shelf: a search
+    holds Python's lock for its scoring, so one process answers one search at a time, whatever its threads. Each
+    worker opens an index on its first search there; the index files' pages are the operating system's, shared by
+    all, while a dense index's codes are held once per worker. A worker that dies is started again."""
     import faiss
 
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     faiss.omp_set_num_threads(1)
     server = make_service(shelf, host, port)
     bound_host, bound_port = server.server_address[:2]
+    print(
+        f"[retrieval] serving http://{bound_host!s}:{bound_port}/ (indexes under {shelf.root}, "
+        f"{workers} worker{'s' if workers > 1 else ''})",
+        flush=True,
+    )
+    if workers <= 1:
+        _serve_here(server)
+        return
+    stats = Path(tempfile.mkdtemp(prefix="inspo-retrieval-"))
+    server.socket.setblocking(False)  # every worker waits on it; the one that accepts first serves the connection
+    stopping = threading.Event()
+    children: set[int] = set()
+
+    def start_worker() -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 0
+            try:
+                shelf.share_stats(stats)
+                _serve_here(server)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        children.add(pid)
+
+    def stop(signum: int, frame: Any) -> None:
+        stopping.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, stop)
+    for _ in range(workers):
+        start_worker()
+    try:
+        while not stopping.is_set():
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                pid = 0
+            if pid in children:
+                children.discard(pid)
+                if not stopping.is_set():
+                    print(f"[retrieval] worker {pid} stopped ({status}); starting another", flush=True)
+                    start_worker()
+            stopping.wait(0.2)
+    finally:
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        for pid in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        server.server_close()
+        shutil.rmtree(stats, ignore_errors=True)
+
+
+def _serve_here(server: ThreadingHTTPServer) -> None:
+    """Serve in this process until SIGINT or SIGTERM."""
 
     def stop(signum: int, frame: Any) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, stop)
-    print(f"[retrieval] serving http://{bound_host!s}:{bound_port}/ (indexes under {shelf.root})", flush=True)
     try:
         server.serve_forever()
     finally:

@@ -3,6 +3,8 @@ clients; a bad request is a 4xx that harms nobody else, and a run's client fails
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -124,3 +126,55 @@ def test_a_client_whose_service_was_killed_fails_clearly_after_its_retries(root:
     with pytest.raises(RetrieverError, match=r"cannot reach the retriever at .* \(3 attempts\)"):
         client.search(["capital of Peru"], 1)
     assert time.monotonic() - started < 20  # 1 + 2 s of backoff, never a hang
+
+
+def _children(pid: int) -> set[int]:
+    return {int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+
+
+def test_workers_share_the_port_report_together_and_one_that_dies_is_replaced(root: Path) -> None:
+    script = (
+        "import sys; from pathlib import Path; from inspo_engine.env.service import IndexShelf, serve; "
+        "serve(IndexShelf(Path(sys.argv[1])), '127.0.0.1', 0, workers=2)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        assert "2 workers" in line, line
+        address = line.split()[2].rstrip("/")
+        url = f"{address}/indexes/{_name(root)}/retrieve"
+        questions = [q.text for q in builtin_dataset().split("test")[:16]]
+        expected = [[p.id for p in hits] for hits in CorpusIndex(root / _name(root)).search(questions, 3)]
+        answers: list[list[str] | None] = [None] * len(questions)
+
+        def ask(i: int) -> None:  # a connection each: the workers take them in turn
+            answers[i] = [p.id for p in RemoteRetriever(url).search([questions[i]], 3)[0]]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(questions))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert answers == expected
+        workers = _children(process.pid)
+        assert len(workers) == 2
+        time.sleep(1.2)  # each worker publishes its counts at most once a second, on a search
+        for question in questions:
+            RemoteRetriever(url).search([question], 3)
+        report = httpx.get(f"{address}/indexes", timeout=10).json()
+        entry = next(e for e in report["indexes"] if e["name"] == _name(root))
+        assert report["workers"] == 2 and report["rss_bytes"] > 10_000_000
+        assert entry["open"] and entry["queries"] > len(questions)  # more than one worker's share
+
+        killed = min(workers)
+        os.kill(killed, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while (killed in _children(process.pid) or len(_children(process.pid)) < 2) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert killed not in _children(process.pid) and len(_children(process.pid)) == 2
+        assert [p.id for p in RemoteRetriever(url).search([questions[0]], 3)[0]] == expected[0]
+        workers = _children(process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # stopped with it

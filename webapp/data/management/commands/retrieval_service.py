@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from inspo_engine.env.retrievers import DEFAULT_MODEL_NAME, embed_texts
-from inspo_engine.env.service import IndexShelf, serve
+from inspo_engine.env.service import IndexShelf, default_workers, serve
 from webapp.data.retrieval import milvus_settings
 
 
@@ -20,6 +20,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default=settings.INSPO_RETRIEVAL_HOST)
         parser.add_argument("--port", type=int, default=settings.INSPO_RETRIEVAL_PORT)
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=settings.INSPO_RETRIEVAL_WORKERS or default_workers(),
+            help="processes sharing the port (INSPO_RETRIEVAL_WORKERS; default one per core, at most 4)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         remote = None
@@ -35,4 +41,6 @@ class Command(BaseCommand):
                 return MilvusRetriever(milvus, collection, method=method, encode=embed_texts)  # type: ignore[arg-type]
 
         shelf = IndexShelf(Path(settings.INSPO_CACHE_DIR) / "indexes", encoder=lambda: embed_texts, remote=remote)
-        serve(shelf, options["host"], options["port"])
+        if options["workers"] < 1:
+            raise CommandError("--workers: at least 1")
+        serve(shelf, options["host"], options["port"], workers=options["workers"])
