@@ -127,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_experiment(commands.add_parser("experiment", help="arms × seeds on the same questions, with verdicts"))
 
+    add_data(commands.add_parser("data", help="check data before a run: can the corpus answer the questions?"))
+
     verl = commands.add_parser("verl-config", help="print the verl (Hydra) overrides of a run config")
     add_config_source(verl)
     verl.add_argument("--model-size", choices=["3b", "7b"], help="the paper's Qwen2.5 policy: model, lr and turns")
@@ -185,6 +187,26 @@ def add_experiment(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-size", type=int, default=0, help="questions drawn from the split (0 = all)")
     parser.add_argument("--eval-seed", type=int, default=0, help="the seed that draws them (0)")
     add_cache(parser)
+
+
+def add_data(parser: argparse.ArgumentParser) -> None:
+    data_commands = parser.add_subparsers(dest="data_command", required=True)
+    check = data_commands.add_parser(
+        "check",
+        help="print reachable_topk= (the share of questions whose gold answer is in the top-k passages retrieved for "
+        "the question itself), reachable_anywhere= (in any passage) and, with --train, leaked= (questions also in "
+        "the training split)",
+    )
+    check.add_argument("--questions", required=True, help="a FlashRAG questions JSONL (or 'builtin', its --split)")
+    check.add_argument("--split", default="test", help="the split of 'builtin' or of a directory (test)")
+    check.add_argument("--corpus", default="builtin", help="'builtin' or a FlashRAG corpus JSONL")
+    check.add_argument("--retriever", choices=["bm25", "dense"], default="bm25")
+    check.add_argument("--k", type=int, default=3, help="passages a search returns: the config's env.top_k (3)")
+    check.add_argument("--train", help="a FlashRAG training questions JSONL: count the questions it repeats")
+    check.add_argument(
+        "--service", help="a retrieval service's address (manage.py retrieval_service); default: search here"
+    )
+    add_cache(check)
 
 
 def add_cache(parser: argparse.ArgumentParser) -> None:
@@ -441,6 +463,62 @@ def _index_progress(done: int, total: int) -> None:
         print(f"indexed {done:,} of {total:,} passages", file=sys.stderr, flush=True)
 
 
+# -- data check ------------------------------------------------------------------------------------------------
+
+
+def command_data(args: argparse.Namespace) -> int:
+    """`data check`: one line of shares on stdout (what a checker reads), the counts behind them on stderr."""
+    from .env.datasets import load_questions
+    from .env.indexes import count_lines
+    from .env.reach import reachability
+    from .env.retrievers import RetrieverError
+
+    if not 1 <= args.k <= 100:
+        raise UsageError("--k must be from 1 to 100")
+    questions = load_questions(args.questions, args.split)
+    if not questions:
+        raise UsageError(f"{args.questions} holds no questions")
+    retriever, corpus = _check_retriever(args)
+    try:
+        result = reachability(questions, corpus, retriever, args.k, corpus_lines=count_lines(corpus))
+    except RetrieverError as error:
+        raise UsageError(str(error)) from error
+    line = result.line()
+    if args.train:
+        line += f" leaked={_leaked(load_questions(args.train, 'train'), questions)}"
+    print(
+        f"{result.questions} questions, top {result.k} by {args.retriever}: {result.topk} reached there, "
+        f"{result.anywhere} anywhere in {corpus.name}",
+        file=sys.stderr,
+    )
+    print(line)
+    return 0
+
+
+def _check_retriever(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The retriever over the corpus's index (built under --cache-dir when there is none, or searched by the service
+    at --service), and the corpus file."""
+    from .env.indexes import CorpusIndex, build_index, corpus_file, index_name
+    from .env.retrievers import RemoteRetriever, embed_texts
+    from .env.store import corpus_digest
+
+    root = args.cache_dir / "indexes"
+    corpus = corpus_file(args.corpus, root)
+    encode = embed_texts if args.retriever == "dense" else None
+    if args.service:
+        name = index_name(args.retriever, corpus_digest(corpus))
+        return RemoteRetriever(f"{args.service.rstrip('/')}/indexes/{name}/retrieve"), corpus
+    folder = build_index(args.retriever, corpus, root, encode=encode, progress=_index_progress)
+    return CorpusIndex(folder, encode=encode), corpus
+
+
+def _leaked(train: list[Any], evaluation: list[Any]) -> int:
+    """How many of the evaluation questions the training split repeats, exactly or nearly (see `overlap`)."""
+    from .env.overlap import find_overlap
+
+    return len({o.evaluation_index for o in find_overlap([q.text for q in train], [q.text for q in evaluation])})
+
+
 # -- experiment ------------------------------------------------------------------------------------------------
 
 
@@ -663,6 +741,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "verl-config": command_verl_config,
         "plot": command_plot,
         "experiment": command_experiment,
+        "data": command_data,
     }
     try:
         if args.command == "config":
