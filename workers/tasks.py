@@ -1,7 +1,8 @@
 """Celery tasks: train a run, evaluate a checkpoint, evaluate an instruction × checkpoint heatmap, build a corpus's
-index, and the periodic sweep (lost and stalled runs, lost evaluations, rows the broker never received). Each takes
-ids only and calls one function of `workers.training`, `workers.evaluation`, `workers.heatmap`, `workers.indexing`
-or `webapp.runs.lifecycle`; time limits come from settings.
+index, check whether a corpus can answer a questions file, and the periodic sweep (lost and stalled runs, lost
+evaluations, rows the broker never received). Each takes ids only and calls one function of `workers.training`,
+`workers.evaluation`, `workers.heatmap`, `workers.indexing`, `workers.reach` or `webapp.runs.lifecycle`; time limits
+come from settings.
 
 The worker's signals: a warm shutdown (SIGTERM or Ctrl-C to the main process) and a SIGTERM to a pool's child
 both ask the run in progress to stop after its current step, with a checkpoint (see `workers.liveness`); an idle
@@ -20,6 +21,7 @@ from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
 from webapp.data.indexing import INDEX_TASK
+from webapp.data.reach import REACH_TASK
 from webapp.runs import lifecycle
 from webapp.runs.tasks import EVALUATION_TASK, HEATMAP_TASK, TRAINING_TASK
 
@@ -27,6 +29,7 @@ from .evaluation import evaluation_execute
 from .heatmap import heatmap_execute
 from .indexing import index_execute
 from .liveness import mark_pool_child, note_task, quiet_idle_child, request_shutdown, sigterm_asks_to_stop
+from .reach import reach_execute
 from .training import run_execute
 
 log = logging.getLogger(__name__)
@@ -67,6 +70,11 @@ def evaluate_heatmap(self: Task, heatmap_id: int) -> str:
 @app.task(name=INDEX_TASK, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3)
 def build_index(job_id: int) -> str:
     return index_execute(job_id=job_id)
+
+
+@app.task(name=REACH_TASK, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3)
+def check_reach(check_id: int) -> str:
+    return reach_execute(check_id=check_id)
 
 
 @app.task(name="workers.tasks.sweep")

@@ -20,6 +20,8 @@ from webapp.core.errors import InvalidInput
 
 from . import indexing, selectors, services
 from .models import Dataset, DatasetVersion, IndexJob
+from .reach import reach_checks_of
+from .reach_apis import ReachCheckOutputSerializer as ReachOutput
 from .retrieval import retrieval_status
 from .shapes import FieldMap
 from .uploads import upload_too_large
@@ -185,6 +187,7 @@ class DatasetDetailApi(APIView):
                 for u in uses[:100]
             ],
             "index_jobs": IndexJobOutputSerializer(selectors.index_job_list(dataset=dataset), many=True).data,
+            "reach_checks": ReachOutput(reach_checks_of(user=user, dataset_id=dataset.pk), many=True).data,
         }
         return Response(body)
 

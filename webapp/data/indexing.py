@@ -138,9 +138,13 @@ def index_job_end(*, job_id: int, error: str | None = None) -> None:
 
 
 def index_job_release(job_id: int) -> int:
-    """Send again the tasks of the runs waiting for the ended jobs of the build `job_id`; returns how many."""
+    """Send again the tasks of the runs waiting for the ended jobs of the build `job_id` (returns how many), and
+    send the reachability checks that waited for them."""
     from webapp.runs import tasks  # the runs app's broker side
 
+    from .reach import reach_check_release
+
+    reach_check_release(job_id)
     ended = IndexWait.objects.filter(job__build=job_id, job__status__in=IndexJob.ENDED)
     waits = list(ended.select_related("run"))
     IndexWait.objects.filter(pk__in=[w.pk for w in waits]).delete()

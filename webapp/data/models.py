@@ -163,3 +163,58 @@ class IndexWait(models.Model):
 
     class Meta:
         constraints = (models.UniqueConstraint(fields=["job", "run"], name="index_wait_unique"),)
+
+
+class ReachCheck(models.Model):
+    """Whether a corpus can answer a questions file, before a run: of the split's questions, how many have a gold
+    answer in the top `k` passages `method` retrieves for the question text, and how many anywhere in the corpus.
+    One per (questions version × corpus version × method × k): computed once, then read."""
+
+    class Status(models.TextChoices):
+        WAITING = "waiting"  # for the corpus's index job
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    ACTIVE = (Status.WAITING, Status.QUEUED, Status.RUNNING)
+    ENDED = (Status.DONE, Status.FAILED, Status.CANCELLED)
+
+    questions = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="reach_checks")
+    corpus = models.ForeignKey(DatasetVersion, on_delete=models.CASCADE, related_name="+")
+    method = models.CharField(max_length=12)
+    k = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    index_job = models.ForeignKey(IndexJob, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    stage = models.CharField(max_length=12, blank=True, default="", help_text="search, then scan (the corpus).")
+    done = models.PositiveBigIntegerField(default=0)
+    total = models.PositiveBigIntegerField(default=0)
+    question_count = models.PositiveIntegerField(default=0)
+    reachable_topk = models.PositiveIntegerField(default=0, help_text="Questions reached in the top k.")
+    reachable_anywhere = models.PositiveIntegerField(default=0, help_text="Questions reached anywhere in the corpus.")
+    examples = models.JSONField(default=dict, help_text="A few questions reached nowhere, and only beyond the top k.")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at", "-id")
+        constraints = (
+            models.UniqueConstraint(fields=["questions", "corpus", "method", "k"], name="reach_check_unique"),
+        )
+
+    def share(self, count: int) -> float | None:
+        """`count` as a share of the questions; None until the check is done."""
+        if self.status != self.Status.DONE or not self.question_count:
+            return None
+        return count / self.question_count
+
+    @property
+    def topk_share(self) -> float | None:
+        return self.share(self.reachable_topk)
+
+    @property
+    def anywhere_share(self) -> float | None:
+        return self.share(self.reachable_anywhere)

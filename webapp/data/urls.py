@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import apis, views
+from . import apis, reach_apis, views
 
 api_urlpatterns = [
     path("datasets/", apis.DatasetListCreateApi.as_view(), name="datasets"),
@@ -11,6 +11,9 @@ api_urlpatterns = [
     path("index-jobs/<int:job_id>/", apis.IndexJobApi.as_view(), name="index-job"),
     path("retrieval/", apis.RetrievalStatusApi.as_view(), name="retrieval"),
     path("index-jobs/<int:job_id>/cancel/", apis.IndexJobCancelApi.as_view(), name="index-job-cancel"),
+    path("reach-checks/", reach_apis.ReachCheckListApi.as_view(), name="reach-checks"),
+    path("reach-checks/<int:check_id>/", reach_apis.ReachCheckApi.as_view(), name="reach-check"),
+    path("reach-checks/<int:check_id>/cancel/", reach_apis.ReachCheckCancelApi.as_view(), name="reach-check-cancel"),
 ]
 
 app_name = "data"

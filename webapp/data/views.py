@@ -18,6 +18,7 @@ from . import selectors, services
 from .forms import UploadForm
 from .indexing import METHODS, index_job_estimate_s
 from .models import Dataset
+from .reach_views import reach_act, reach_context
 from .uploads import upload_too_large
 
 
@@ -85,6 +86,7 @@ def data_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
         "can_index": dataset.kind == "corpus"
         and (dataset.shared or (role is not None and role.rank >= Role.MEMBER.rank)),
         "can_submit": team_list(user=user, min_role=Role.MEMBER).exists(),
+        **reach_context(user=user, dataset=dataset, splits=[s.split for s in splits]),
     }
     return render(request, "data/detail.html", context)
 
@@ -115,6 +117,8 @@ def _act(request: HttpRequest, dataset: Dataset) -> HttpResponse:
         if action == "index":
             job, _ = indexing.index_job_start(dataset=dataset, user=user, method=request.POST.get("method", "bm25"))
             messages.success(request, f"Index job {job.pk} ({job.method}): {job.status}.")
+        if action == "reach":
+            reach_act(request, user=user, dataset=dataset)
     except ServiceError as error:
         messages.error(request, error.message)
     return redirect("data:detail", dataset_id=dataset.pk)
