@@ -5,6 +5,7 @@ nowhere; and the command line's one line, exactly."""
 from __future__ import annotations
 
 import random
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,16 @@ DATA = Path(__file__).parent / "data" / "reach"
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory) -> CorpusIndex:
-    return CorpusIndex(build_index("bm25", DATA / "corpus.jsonl", tmp_path_factory.mktemp("indexes")))
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The corpus copied out of the tree (hashing it writes its digest beside it)."""
+    path = tmp_path_factory.mktemp("corpus") / "corpus.jsonl"
+    shutil.copyfile(DATA / "corpus.jsonl", path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def index(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> CorpusIndex:
+    return CorpusIndex(build_index("bm25", corpus, tmp_path_factory.mktemp("indexes")))
 
 
 class Counting:
@@ -37,12 +46,10 @@ class Counting:
         return self.index.search(queries, k)
 
 
-def test_top_k_and_anywhere_differ_where_answers_sit_in_unrelated_passages(index: CorpusIndex) -> None:
+def test_top_k_and_anywhere_differ_where_answers_sit_in_unrelated_passages(index: CorpusIndex, corpus: Path) -> None:
     questions = load_flashrag_questions(DATA / "test.jsonl")
     stages: list[tuple[str, int, int]] = []
-    result = reachability(
-        questions, DATA / "corpus.jsonl", index, 3, corpus_lines=10, progress=lambda *a: stages.append(a)
-    )
+    result = reachability(questions, corpus, index, 3, corpus_lines=10, progress=lambda *a: stages.append(a))
     assert (result.questions, result.topk, result.anywhere) == (8, 3, 5)
     assert (result.topk_share, result.anywhere_share) == (0.375, 0.625)
     assert result.nowhere_examples == ["q6", "q7", "q8"]  # "21912" holds no "1912": whole words only
@@ -50,10 +57,10 @@ def test_top_k_and_anywhere_differ_where_answers_sit_in_unrelated_passages(index
     assert stages[0] == ("search", 8, 8) and stages[-1] == ("scan", 10, 10)
 
 
-def test_searches_go_to_the_retriever_in_batches(index: CorpusIndex) -> None:
+def test_searches_go_to_the_retriever_in_batches(index: CorpusIndex, corpus: Path) -> None:
     questions = load_flashrag_questions(DATA / "test.jsonl")
     counting = Counting(index)
-    result = reachability(questions, DATA / "corpus.jsonl", counting, 3, batch=3)  # type: ignore[arg-type]
+    result = reachability(questions, corpus, counting, 3, batch=3)  # type: ignore[arg-type]
     assert counting.calls == [3, 3, 2] and result.topk == 3
 
 
@@ -97,8 +104,10 @@ def test_the_finder_stops_looking_for_answers_it_has_seen() -> None:
     assert finder.found == [True, True] and finder.done
 
 
-def test_data_check_prints_the_line_a_checker_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["data", "check", "--questions", str(DATA / "test.jsonl"), "--corpus", str(DATA / "corpus.jsonl")]
+def test_data_check_prints_the_line_a_checker_reads(
+    corpus: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["data", "check", "--questions", str(DATA / "test.jsonl"), "--corpus", str(corpus)]
     argv += ["--retriever", "bm25", "--k", "3", "--cache-dir", str(tmp_path)]
     assert main(argv) == 0
     assert capsys.readouterr().out == "reachable_topk=0.375 reachable_anywhere=0.625\n"
