@@ -212,17 +212,3 @@ def reach_check_get(*, user: AnyUser, check_id: int) -> ReachCheck:
 def reach_checks_of(*, user: AnyUser, dataset_id: int) -> QuerySet[ReachCheck]:
     """The checks of a questions dataset the user may see, newest first."""
     return reach_check_list(user=user).filter(questions__dataset_id=dataset_id)
-
-
-def run_reach(run: Any) -> ReachCheck | None:
-    """The check of a run's training data against its corpus, method and top-k, when one has been started (the run
-    page shows it); None when the run names no uploaded data or none was started."""
-    env = run.config.get("env") or {}
-    questions, corpus, method, k = env.get("dataset"), env.get("corpus"), env.get("retriever"), env.get("top_k")
-    if not (is_reference(questions) and is_reference(corpus) and method in METHODS and isinstance(k, int)):
-        return None
-    try:
-        target = reach_target(team=run.team, questions=questions, split="train", corpus=corpus, method=method, k=k)
-    except InvalidInput:
-        return None
-    return reach_check_find(target)

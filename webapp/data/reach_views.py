@@ -3,6 +3,7 @@ one) and of the run page (the check of a run's training data); they call the sam
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import messages
@@ -11,12 +12,12 @@ from django.http import HttpRequest
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import role_of
 from webapp.accounts.selectors import team_list
-from webapp.core.errors import ServiceError
+from webapp.core.errors import InvalidInput, ServiceError
 
 from . import reach
 from .indexing import METHODS
 from .models import Dataset, ReachCheck
-from .references import data_choices
+from .references import data_choices, is_reference
 
 
 def percent(share: float | None) -> str:
@@ -73,7 +74,7 @@ def reach_act(request: HttpRequest, *, user: User, dataset: Dataset) -> None:
     if team is None:
         messages.error(request, "Checking needs the member role in a team.")
         return
-    reference = f"data:{'shared/' if dataset.shared else ''}{dataset.name}"
+    reference = request.POST.get("questions") or f"data:{'shared/' if dataset.shared else ''}{dataset.name}"
     k_text = request.POST.get("k", "3")
     try:
         target = reach.reach_target(
@@ -81,9 +82,48 @@ def reach_act(request: HttpRequest, *, user: User, dataset: Dataset) -> None:
             corpus=request.POST.get("corpus", ""), method=request.POST.get("method", "bm25"),
             k=int(k_text) if k_text.isdigit() else 0,
         )  # fmt: skip
+        if target.questions.dataset_id != dataset.pk:
+            raise InvalidInput({"questions": [f"{reference[:80]!r} is not {dataset}"]})
         check, _ = reach.reach_check_start(target=target, user=user)
     except ServiceError as error:
         messages.error(request, error.message)
         return
     what = f"{target.corpus_reference}, {target.method}, k={target.k}"
     messages.success(request, f"Reachability of {target.questions_reference} against {what}: {check.status}.")
+
+
+def reach_states(teams: Any) -> str:
+    """What the New run form's script needs to name a check (`frontend/src/transforms/reach.ts`): each preset's
+    training data, corpus, retriever and top-k, the teams' slugs by option value, and the share below which it
+    warns; as JSON."""
+    from webapp.runs.configs import PRESET_NAMES, config_compose
+
+    presets = {}
+    for name in PRESET_NAMES:
+        env = config_compose(preset=name).env
+        presets[name] = {"dataset": env.dataset, "corpus": env.corpus, "retriever": env.retriever, "top_k": env.top_k}
+    slugs = {str(team.pk): team.slug for team in teams}
+    return json.dumps({"presets": presets, "teams": slugs, "low": reach.LOW_SHARE})
+
+
+def run_reach_row(run: Any) -> dict[str, Any] | None:
+    """The run page's reachability: the check of its training data against its corpus, retriever and top-k (None
+    when it names no uploaded data or a retriever without an index), and what its Check button posts."""
+    env = run.config.get("env") or {}
+    questions, corpus, method, k = env.get("dataset"), env.get("corpus"), env.get("retriever"), env.get("top_k")
+    if not (is_reference(questions) and is_reference(corpus) and method in METHODS and isinstance(k, int)):
+        return None
+    try:
+        target = reach.reach_target(
+            team=run.team, questions=questions, split="train", corpus=corpus, method=method, k=k
+        )
+    except InvalidInput:
+        return None
+    check = reach.reach_check_find(target)
+    return {
+        "row": reach_row(check) if check is not None else None,
+        "target": target,
+        "dataset_id": target.questions.dataset_id,
+        "questions": questions,
+        "low_share": percent(reach.LOW_SHARE),
+    }

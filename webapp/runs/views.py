@@ -25,6 +25,7 @@ from webapp.accounts.permissions import acting_user, require_role, role_of
 from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
 from webapp.data.indexing import index_waits
+from webapp.data.reach_views import reach_states, run_reach_row
 
 from . import heatmaps, learnt, selectors, services
 from .configs import PRESET_NAMES
@@ -153,7 +154,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     chosen = form["preset"].value()
     chosen = chosen if chosen in presets else PRESET_NAMES[0]
     form.show_preset(presets[chosen])
-    context = {"form": form, "preset_texts": json.dumps(presets)}
+    context = {"form": form, "preset_texts": json.dumps(presets), "reach_states": reach_states(teams)}
     return render(request, "runs/new.html", context, status=status)
 
 
@@ -205,6 +206,7 @@ def _detail_page(request: HttpRequest, run: Run, *, evaluate_form: EvaluateForm 
         "checkpoints": selectors.checkpoint_list(run=run),
         "notes": selectors.run_notes(run=run),
         "learnt": learnt.run_learnt(run=run),
+        "reach": run_reach_row(run),
         "best": selectors.best_instruction(run=run),
         "clone_form": CloneForm(),
         "evaluate_form": evaluate_form or EvaluateForm(),

@@ -3,9 +3,11 @@
  * name still the default one (`<preset>-<yyyymmdd-hhmm>`) follows it too. The server renders the first preset's, so
  * the form reads the same without this script. */
 
+import type { Api } from "../api";
 import { parsePresets, presetView, renamedDefault } from "../transforms/presets";
+import { followReach } from "./reachWarning";
 
-export function newRunPage(root: HTMLElement): void {
+export function newRunPage(root: HTMLElement, api: Api): void {
   const presets = parsePresets(root.dataset.presets);
   const select = root.querySelector<HTMLSelectElement>('select[name="preset"]');
   const name = root.querySelector<HTMLInputElement>('input[name="name"]');
@@ -27,4 +29,5 @@ export function newRunPage(root: HTMLElement): void {
   };
   select.addEventListener("change", show);
   show();
+  followReach(root, api);
 }

@@ -6,6 +6,9 @@ see both its datasets."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -183,3 +186,45 @@ def test_the_data_page_starts_a_check_and_shows_both_shares(
     assert "37.5 % (3 of 8)" in page and "62.5 % (5 of 8)" in page
     refused = client.post(f"/data/{dataset_id}/", {"action": "reach", "split": "test", "corpus": "data:wiki", "k": "0"})
     assert refused.status_code == 302 and ReachCheck.objects.count() == 1
+
+
+def low_questions() -> bytes:
+    """q1 (reached in the top 3) and q4-q8 (not): 1 of 6, below the 30 % the pages warn at."""
+    lines = (FIXTURES / "test.jsonl").read_text().splitlines(keepends=True)
+    return "".join(lines[:1] + lines[3:]).encode()
+
+
+def test_the_run_page_offers_the_check_then_warns_beside_what_the_run_learnt(
+    alice, alices_data, client, django_capture_on_commit_callbacks
+):
+    assert upload(alices_data, low_questions(), filename="low.jsonl", name="low").status_code == 201
+    overrides = {"env.dataset": "data:low", "env.corpus": "data:wiki", "env.retriever": "bm25", "env.top_k": 3}
+    created = alices_data.post(
+        "/api/v1/runs/", {"name": "low", "preset": "quick", "overrides": overrides}, format="json"
+    )
+    assert created.status_code == 201, created.json()
+    client.force_login(alice)
+    page = client.get(f"/runs/{created.json()['id']}/").content.decode()
+    assert 'data-testid="run-reach-start"' in page and "Not checked" in page
+    assert 'name="questions" value="data:low@1"' in page and 'name="corpus" value="data:wiki@1"' in page
+
+    form = {"action": "reach", "questions": "data:low@1", "split": "train", "corpus": "data:wiki@1", "k": "3"}
+    dataset_id = ReachCheck._meta.get_field("questions").related_model.objects.get(dataset__name="low").dataset_id
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(f"/data/{dataset_id}/", {**form, "method": "bm25"}).status_code == 302
+    check = ReachCheck.objects.get()
+    assert "is waiting" in client.get(f"/runs/{created.json()['id']}/").content.decode()
+    index_execute(job_id=IndexJob.objects.get().pk)
+    assert reach_execute(check_id=check.pk) == "done"
+    page = client.get(f"/runs/{created.json()['id']}/").content.decode()
+    assert "Only <strong>16.7 %</strong> of the training questions (1 of 6)" in page
+    assert "<strong>50.0 %</strong> anywhere in data:wiki@1" in page
+
+
+def test_the_new_run_form_carries_what_its_script_needs_to_name_a_check(alice, alice_team, client):
+    client.force_login(alice)
+    page = client.get("/runs/new/").content.decode()
+    assert 'data-testid="reach-line"' in page
+    states = json.loads(html.unescape(re.search(r'data-reach="([^"]*)"', page).group(1)))
+    assert states["teams"] == {str(alice_team.pk): alice_team.slug} and states["low"] == 0.3
+    assert states["presets"]["quick"]["top_k"] >= 1 and states["presets"]["quick"]["corpus"] == "builtin"
