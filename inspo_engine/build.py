@@ -7,7 +7,7 @@ everywhere. Of the engine's modules, only this one and the verl job construct a 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -108,12 +108,14 @@ def build_run(
     control: ControlChannel | None = None,
     inputs: RunInputs | None = None,
     retrieval_service: str | None = None,
+    benchmark_names: Mapping[str, str] | None = None,
 ) -> CoEvolution:
     """Everything a run needs, wired; `backend` may be given (tests, or a backend built elsewhere, such as verl's
     policy), and so may `inputs` (default `load_inputs`; the verl job's questions are its dataset's). The policies
     confine URLs that a user chose (the retriever's, the optimizer's base URL, checked by its client on every
     request); None trusts the URL. `control` brings a person's requests (see `control`); None: nobody steers.
-    `retrieval_service`: the operator's retrieval service, which searches the run's corpus (see `make_retriever`)."""
+    `retrieval_service`: the operator's retrieval service, which searches the run's corpus (see `make_retriever`).
+    `benchmark_names`: what each evaluation set's files are named by (see `CoEvolution`)."""
     inputs = load_inputs(config) if inputs is None else inputs
     if backend is None:
         retriever = make_retriever(config, cache_dir, retriever_policy, service=retrieval_service)
@@ -129,4 +131,5 @@ def build_run(
         should_stop=should_stop,
         owns_run=owns_run,
         control=control,
+        benchmark_names=benchmark_names,
     )

@@ -38,6 +38,7 @@ from .env.rewards import REWARD_PARTS, exact_match, is_valid_format
 from .events import (
     CheckpointSaved,
     EvalCompleted,
+    EvalProgress,
     EventSink,
     Overhead,
     RunFailed,
@@ -100,11 +101,13 @@ class CoEvolution:
         should_stop: Callable[[], bool] = lambda: False,
         owns_run: Callable[[], bool] = lambda: True,
         control: ControlChannel | None = None,
+        benchmark_names: Mapping[str, str] | None = None,
     ) -> None:
         """`should_stop` is asked after every step (True: stop there, with a checkpoint). `owns_run` is asked
         before every checkpoint write: False means another process has taken the run over, and the loop raises
         RunSuperseded instead of writing. `control` is polled before each step's instructions are sampled (see
-        `control`)."""
+        `control`). `benchmark_names` maps an evaluation set's key (a local path) to the name its files in the run
+        directory take (the data reference it was fetched from); a key it lacks names them itself."""
         config.validate()
         if not train_questions:
             raise ValueError("no training questions")
@@ -116,6 +119,7 @@ class CoEvolution:
         self.optimizer = optimizer
         self.out_dir = out_dir
         self.eval_sets = dict(eval_sets or {})
+        self.benchmark_names = dict(benchmark_names or {})
         self.should_stop = should_stop
         self.owns_run = owns_run
         pop = config.population
@@ -335,12 +339,18 @@ class CoEvolution:
         """I* answers every evaluation set: the mean EM and F1 and every question's result go out as EvalCompleted,
         and into the run directory's `evaluations/` (see `evaluation_file`)."""
         best = self.population.best()
+        total, done = sum(len(questions) for questions in self.eval_sets.values()), 0
         for name, questions in self.eval_sets.items():
             self._stage(step, "evaluate")
-            results = self.backend.evaluate(best.text, questions)
+            self.sink.emit(EvalProgress(step=step, done=done, total=total, benchmark=name))
+            results = []
+            for start in range(0, len(questions), EVAL_CHUNK):
+                results += self.backend.evaluate(best.text, questions[start : start + EVAL_CHUNK])
+                done += len(questions[start : start + EVAL_CHUNK])
+                self.sink.emit(EvalProgress(step=step, done=done, total=total, benchmark=name))
             answers = [result.to_dict() for result in results]
             if self.out_dir is not None:
-                write_answers(evaluation_file(self.out_dir, step, name), answers)
+                write_answers(evaluation_file(self.out_dir, step, self.benchmark_names.get(name, name)), answers)
             self.sink.emit(
                 EvalCompleted(
                     step=step,
@@ -465,6 +475,9 @@ class CoEvolution:
 
 
 EVALUATIONS_DIR = "evaluations"
+EVAL_CHUNK = 32
+"""Questions an evaluation hands the backend at a time, with an EvalProgress after each chunk: the torch backend's
+own answer batch (`score_batch`), so answering in chunks generates exactly the batches one call would."""
 
 
 def evaluation_file(out_dir: Path, step: int, benchmark: str) -> Path:
@@ -475,9 +488,19 @@ def evaluation_file(out_dir: Path, step: int, benchmark: str) -> Path:
     'run/evaluations/step-000040-builtin.jsonl'
     >>> evaluation_file(Path("run"), 7, "/data/nq/test.jsonl").name
     'step-000007-data_nq_test.jsonl.jsonl'
+    >>> evaluation_file(Path("run"), 4, "data:hotpot53@1").name
+    'step-000004-data_hotpot53@1.jsonl'
     """
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", benchmark).strip("._")[-100:] or "benchmark"
+    safe = re.sub(r"[^A-Za-z0-9_.@-]+", "_", benchmark).strip("._")[-100:] or "benchmark"
     return out_dir / EVALUATIONS_DIR / f"step-{step:06d}-{safe}.jsonl"
+
+
+def evaluation_file_found(out_dir: Path, step: int, benchmark: str) -> Path:
+    """`evaluation_file`, or where a run directory written before `@` was kept in the names has it (`data_x_1` for
+    `data:x@1`) when only that exists."""
+    path = evaluation_file(out_dir, step, benchmark)
+    legacy = path.with_name(path.name.replace("@", "_"))
+    return legacy if not path.exists() and legacy.exists() else path
 
 
 def write_answers(path: Path, answers: Sequence[Mapping[str, Any]]) -> None:

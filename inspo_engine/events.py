@@ -350,6 +350,20 @@ class StageStarted(Event):
 
 
 @dataclass(frozen=True)
+class EvalProgress(Event):
+    """How far the evaluation of `step` has got: `done` of its `total` questions (over every benchmark), sent as it
+    starts (done 0) and after each chunk of answers; step 0 is the untrained policy. Progress only, like
+    StageStarted."""
+
+    kind: ClassVar[str] = "eval_progress"
+    step: int
+    done: int
+    total: int
+    benchmark: str = ""
+    """The benchmark being answered (as the run's eval_sets name it)."""
+
+
+@dataclass(frozen=True)
 class RunFailed(Event):
     kind: ClassVar[str] = "run_failed"
     step: int
@@ -380,6 +394,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         RunFinished,
         RunFailed,
         StageStarted,
+        EvalProgress,
     )
 }
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .coevolution import EVALUATIONS_DIR, evaluation_file, read_answers
+from .coevolution import EVALUATIONS_DIR, evaluation_file_found, read_answers
 from .config import RunConfig, resolve_key
 from .config_fields import ConfigError, FieldError
 from .events import Event, RunFinished, RunStarted, StepCompleted, read_events
@@ -374,7 +374,7 @@ def read_run(run_dir: Path, benchmarks: str | Sequence[str]) -> RunOutcome:
     if not ends or ends[-1].status != "finished":
         return unfinished
     names = [benchmarks] if isinstance(benchmarks, str) else list(benchmarks)
-    paths = {name: evaluation_file(run_dir, ends[-1].step, name) for name in names}
+    paths = {name: evaluation_file_found(run_dir, ends[-1].step, name) for name in names}
     if not all(path.exists() for path in paths.values()):
         return unfinished
     answers = {name: read_answers(path) for name, path in paths.items()}
@@ -421,7 +421,7 @@ def read_experiment(experiment: Experiment, out: Path) -> dict[str, Any]:
 def experiment_results(
     experiment: Experiment,
     scores_by_arm: Mapping[str, BenchmarkScores],
-    rewards_by_arm: Mapping[str, Mapping[int, Sequence[float]]],
+    rewards_by_arm: Mapping[str, Mapping[int, SeedRewards]],
     *,
     f1_by_arm: Mapping[str, BenchmarkScores] | None = None,
     level: float = 0.95,
@@ -500,7 +500,7 @@ def _arm_row(
     experiment: Experiment,
     arm: str,
     scores: tuple[BenchmarkScores, BenchmarkScores, BenchmarkScores],
-    rewards: Mapping[int, Sequence[float]],
+    rewards: Mapping[int, SeedRewards],
     level: float,
 ) -> dict[str, Any]:
     """One arm's row; `scores` holds its EM, its F1 and the baseline arm's EM, each benchmark → seed → question."""
@@ -650,23 +650,38 @@ def _mean_f1(f1: BenchmarkScores, seeds: list[int]) -> float | None:
     )
 
 
-def _reward_tail(rewards: Mapping[int, Sequence[float]]) -> float | None:
+SeedRewards = Sequence[float] | Mapping[int, float]
+"""One seed's training reward per step: of steps 1, 2, … in order, or step → reward (a run whose recorded steps do
+not start at 1, or have a gap)."""
+
+
+def _by_step(rewards: SeedRewards) -> dict[int, float]:
+    if isinstance(rewards, Mapping):
+        return {int(step): float(value) for step, value in rewards.items()}
+    return {index + 1: float(value) for index, value in enumerate(rewards)}
+
+
+def _reward_tail(rewards: Mapping[int, SeedRewards]) -> float | None:
     """The mean over seeds of each run's mean training reward over its last REWARD_TAIL steps."""
-    tails = [statistics.fmean(r[-REWARD_TAIL:]) for r in rewards.values() if r]
+    ordered = [[by[s] for s in sorted(by)] for by in map(_by_step, rewards.values())]
+    tails = [statistics.fmean(r[-REWARD_TAIL:]) for r in ordered if r]
     return statistics.fmean(tails) if tails else None
 
 
-def reward_curve(rewards: Mapping[int, Sequence[float]]) -> dict[str, list[float]]:
-    """Training reward per step over the seeds that reached it: mean, and the lowest and highest seed (the band).
+def reward_curve(rewards: Mapping[int, SeedRewards]) -> dict[str, list[float]]:
+    """Training reward per step over the seeds that reached it: mean, the lowest and highest seed (the band), and
+    how many seeds have a reward at that step (a seed counts only at the steps it has recorded).
 
     >>> reward_curve({0: [0.0, 0.5], 1: [1.0]})
     {'steps': [1, 2], 'mean': [0.5, 0.5], 'low': [0.0, 0.5], 'high': [1.0, 0.5], 'seeds': [2, 1]}
+    >>> reward_curve({0: {1: 0.0, 2: 0.5}, 1: {2: 1.0}})["seeds"]
+    [1, 2]
     """
-    longest = max((len(r) for r in rewards.values()), default=0)
+    by_seed = [_by_step(r) for r in rewards.values()]
     curve: dict[str, list[float]] = {"steps": [], "mean": [], "low": [], "high": [], "seeds": []}
-    for index in range(longest):
-        values = [r[index] for r in rewards.values() if len(r) > index]
-        curve["steps"].append(index + 1)
+    for step in sorted({step for by in by_seed for step in by}):
+        values = [by[step] for by in by_seed if step in by]
+        curve["steps"].append(step)
         curve["mean"].append(statistics.fmean(values))
         curve["low"].append(min(values))
         curve["high"].append(max(values))

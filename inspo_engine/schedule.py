@@ -33,6 +33,26 @@ def phases_for(config: RunConfig) -> list[Phase]:
     return [Phase("train", train_steps, train=True, evolve=evolving)]
 
 
+def evaluation_steps(config: RunConfig) -> list[int]:
+    """The steps at which a fresh run that has evaluation sets evaluates I*, as `CoEvolution` schedules them: step 0
+    (the untrained policy) with `eval.eval_at_start`, every `eval.eval_every`-th step of a training phase short of
+    its last, and the run's last step (the final evaluation).
+
+    >>> from .config import RunConfig
+    >>> config = RunConfig()
+    >>> config.grpo.total_steps, config.eval.eval_every, config.eval.eval_at_start = 12, 5, True
+    >>> evaluation_steps(config)
+    [0, 5, 10, 12]
+    """
+    every, offset = config.eval.eval_every, 0
+    steps = [0] if config.eval.eval_at_start else []
+    for phase in phases_for(config):
+        if phase.train and every:
+            steps += [offset + local for local in range(every, phase.steps, every)]
+        offset += phase.steps
+    return [*steps, offset]
+
+
 def needs_optimizer(config: RunConfig) -> bool:
     """Whether the run ever asks the optimizer LLM anything: evolution, or paraphrases to fill the population."""
     if config.mode == "static":

@@ -171,6 +171,8 @@ class Watchdog:
     def emit(self, event: ev.Event) -> None:
         if isinstance(event, ev.StageStarted):
             self._moved_on(f"{event.stage}, step {event.step}")
+        elif isinstance(event, ev.EvalProgress):
+            self._moved_on(f"evaluate {event.done}/{event.total}, step {event.step}")
         elif isinstance(event, ev.StepCompleted):
             self._moved_on(f"step {event.step} done")
 

@@ -164,6 +164,8 @@ class Training:
     access: RunAccess
     checkpoint: Checkpoint | None
     sink: ev.EventSink
+    names: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Local path of a benchmark → the data reference it was fetched from (what its evaluations are named by)."""
 
     @property
     def out_dir(self) -> Path:
@@ -182,9 +184,8 @@ def training(run: Run, attempt: Attempt, stop: StopCheck, watchdog: Watchdog, re
     database, recorded, sink = _sinks(run, attempt, watchdog, redactor)
     trackers = _trackers(run, access.config, recorded)
     try:
-        yield Training(
-            run, attempt, stop, watchdog, access, checkpoint, BenchmarkNames(ev.FanoutSink(sink, *trackers), names)
-        )
+        named = BenchmarkNames(ev.FanoutSink(sink, *trackers), names)
+        yield Training(run, attempt, stop, watchdog, access, checkpoint, named, names)
     finally:
         database.flush()
         for tracker in trackers:
@@ -209,6 +210,7 @@ def _train(session: Training, backend: PolicyBackend | None) -> Any:
         optimizer_policy=access.optimizer_policy,
         control=DatabaseControl(session.run.pk),
         retrieval_service=settings.INSPO_RETRIEVAL_URL or None,
+        benchmark_names=session.names,
     )
     if checkpoint is not None:
         loop.load_checkpoint(Path(checkpoint.path))

@@ -43,6 +43,29 @@ export interface ConfigDiff {
 export interface RunDetail extends Run {
   /** What the config changed from its preset; null when the run names no known preset. */
   preset_diff: ConfigDiff[] | null;
+  /** Where the run stands, its evaluations counted beside its steps. */
+  activity: RunActivity;
+}
+
+/** EvaluationInProgressOutputSerializer. */
+export interface EvaluationInProgress {
+  step: number;
+  done: number;
+  total: number;
+}
+
+/** RunActivityOutputSerializer: the phase, the share of the work done and the time left, evaluations included. */
+export interface RunActivity {
+  phase: "waiting" | "evaluating" | "training" | "ended";
+  /** "evaluating the untrained policy: 23 / 64 questions", "training step 3 / 12". */
+  text: string;
+  fraction: number;
+  eta_seconds: number | null;
+  step_seconds: number | null;
+  question_seconds: number | null;
+  remaining_steps: number;
+  remaining_questions: number | null;
+  evaluation: EvaluationInProgress | null;
 }
 
 export interface Page<T> {
@@ -513,6 +536,53 @@ export interface ExperimentEstimate {
   basis: "team" | "preset" | "none" | "limit";
   measured_runs: number;
   text: string;
+  minutes_low: number | null;
+  minutes_high: number | null;
+  worker_minutes: number[] | null;
+  steps: number | null;
+  questions: number | null;
+  queue: "cpu" | "gpu";
+  queue_runs: number;
+  queue_minutes: number;
+  slots: number;
+  finish_minutes: number[] | null;
+  method: string;
+  at: string;
+}
+
+/** RunDurationOutputSerializer: one run's minutes. */
+export interface RunDuration {
+  id: string;
+  arm: string;
+  seed: number;
+  status: string;
+  worker_minutes: number | null;
+  wait_minutes: number | null;
+  total_minutes: number | null;
+}
+
+/** EstimateErrorOutputSerializer: what happened against the estimate kept at submission. */
+export interface EstimateError {
+  estimated: number;
+  low: number;
+  high: number;
+  actual: number;
+  error_minutes: number;
+  error_percent: number | null;
+  within_range: boolean;
+}
+
+/** ExperimentTimingOutputSerializer. */
+export interface ExperimentTiming {
+  estimate: Record<string, unknown> | null;
+  runs: RunDuration[];
+  worker_minutes: number | null;
+  elapsed_minutes: number | null;
+  remaining_minutes: number | null;
+  queue_runs: number;
+  worker_error: EstimateError | null;
+  finish_error: EstimateError | null;
+  text: string;
 }
 
 /** ExperimentDetailOutputSerializer: `GET experiments/<id>/`. */
@@ -522,4 +592,5 @@ export interface ExperimentDetail {
   runs: ExperimentRun[];
   counts: Record<string, number>;
   results: ExperimentResults;
+  timing: ExperimentTiming;
 }

@@ -431,3 +431,45 @@ def test_an_eval_completed_event_written_before_answers_were_kept_still_loads():
     old = {"kind": "eval_completed", "time": 1.0, "step": 3, "benchmark": "nq", "metric": "em", "value": 0.5}
     event = event_from_dict(old | {"n": 2, "instruction_id": "ins-0000", "checkpoint": None})
     assert isinstance(event, EvalCompleted) and event.answers == [] and event.f1 is None
+
+
+def test_evaluations_report_their_progress_and_name_their_files_by_the_reference(tmp_path):
+    """#54 items 4 and 6: the untrained policy's evaluation and the final one say how far they got, a chunk at a
+    time, over every benchmark; a benchmark fetched from a data reference names its files after the reference."""
+    from inspo_engine.coevolution import EVAL_CHUNK, evaluation_file, read_answers
+    from inspo_engine.events import EvalCompleted, EvalProgress
+    from inspo_engine.experiments import read_run
+
+    config = RunConfig.from_dict(SMALL).with_overrides(
+        {"mode": "static", "total_steps": 1, "evolve_until": 1, "eval.eval_at_start": True}
+    )
+    sink = ListSink()
+    local = str(tmp_path / "cache" / "data" / "snapshots" / "1@1")
+    eval_sets = {local: questions(64)[:40], "builtin": questions(64)[40:64]}
+    out = tmp_path / "run"
+    loop = make_loop(config, None, sink, out_dir=out, eval_sets=eval_sets, benchmark_names={local: "data:hotpot53@1"})
+    loop.run()
+    progress = [(e.step, e.done, e.total) for e in sink.of(EvalProgress)]
+    assert EVAL_CHUNK == 32
+    first = [(0, 0, 64), (0, 32, 64), (0, 40, 64), (0, 40, 64), (0, 64, 64)]
+    assert progress == first + [(1, done, total) for _, done, total in first]
+    kinds = [e.kind for e in sink.events]
+    assert kinds.index("eval_progress") < kinds.index("eval_completed") < kinds.index("step_completed")
+    assert sorted(p.name for p in (out / "evaluations").iterdir()) == [
+        "step-000000-builtin.jsonl",
+        "step-000000-data_hotpot53@1.jsonl",
+        "step-000001-builtin.jsonl",
+        "step-000001-data_hotpot53@1.jsonl",
+    ]
+    final = next(e for e in sink.of(EvalCompleted) if e.step == 1 and e.benchmark == local)
+    assert read_answers(evaluation_file(out, 1, "data:hotpot53@1")) == final.answers  # chunked, in question order
+    assert [a["question_id"] for a in final.answers] == [q.id for q in questions(64)[:40]]
+    # A run directory written before the names kept '@' still reads back.
+    (out / "evaluations" / "step-000001-data_hotpot53@1.jsonl").rename(
+        out / "evaluations" / "step-000001-data_hotpot53_1.jsonl"
+    )
+    written = JsonlSink(out / "events.jsonl")
+    for event in sink.events:
+        written.emit(event)
+    written.close()
+    assert read_run(out, ["data:hotpot53@1", "builtin"]).finished

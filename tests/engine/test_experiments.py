@@ -440,3 +440,13 @@ def test_without_a_sample_seed_a_run_is_evaluated_on_the_first_questions_as_befo
     assert config.eval.sample_seed is None and config.eval.split == "test"
     first = [q.id for q in load_questions("builtin", "test")[: config.eval.eval_samples]]
     assert [q.id for q in eval_questions(config.eval, "builtin")] == first
+
+
+def test_the_reward_curve_counts_at_each_step_only_the_seeds_that_recorded_it():
+    """#54 item 6: a seed whose run recorded steps 3 and 4 only (rewound, or recorded from a later start) is counted
+    at those steps, not at the first two."""
+    from inspo_engine.experiments import reward_curve
+
+    curve = reward_curve({0: [0.1, 0.2, 0.3, 0.4], 1: {3: 0.5, 4: 0.7}})
+    assert curve["steps"] == [1, 2, 3, 4] and curve["seeds"] == [1, 1, 2, 2]
+    assert curve["mean"] == pytest.approx([0.1, 0.2, 0.4, 0.55])

@@ -18,6 +18,8 @@ PROPERTY = re.compile(r"^  (\w+)(\?)?:", re.MULTILINE)
 COMPONENT = {
     "Run": "RunOutput",
     "RunDetail": "RunDetailOutput",
+    "RunActivity": "RunActivityOutput",
+    "EvaluationInProgress": "EvaluationInProgressOutput",
     "ConfigDiff": "ConfigDiffOutput",
     "Page": "PaginatedRunOutputList",
     "CompareSeries": "CompareSeriesOutput",
@@ -60,6 +62,9 @@ COMPONENT = {
     "ArmResult": "ArmResultOutput",
     "MachineGroup": "MachineGroupOutput",
     "ExperimentEstimate": "ExperimentEstimateOutput",
+    "RunDuration": "RunDurationOutput",
+    "EstimateError": "EstimateErrorOutput",
+    "ExperimentTiming": "ExperimentTimingOutput",
     "MissingRun": "MissingRunOutput",
     "ExperimentResults": "ExperimentResultsOutput",
     "ExperimentDetail": "ExperimentDetailOutput",

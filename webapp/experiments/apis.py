@@ -4,6 +4,7 @@ of one not yet started, one experiment with its table and verdicts, and cancel. 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -89,15 +90,36 @@ class ExperimentEstimateApi(APIView):
         seeds = serializers.IntegerField(
             min_value=0, max_value=10**9, help_text="Seeds per arm (past the limit, the text names the limit)."
         )
+        benchmarks = serializers.CharField(
+            required=False, max_length=4000, help_text="The benchmarks every run is evaluated on, separated by commas."
+        )
+        questions = serializers.IntegerField(
+            required=False, min_value=0, help_text="Questions of each benchmark's test split (0: all of them)."
+        )
+        overrides = serializers.CharField(
+            required=False, max_length=20000, help_text='The shared overrides as JSON: {"grpo.total_steps": 8}.'
+        )
+        dataset = serializers.CharField(required=False, max_length=300, help_text="The training questions.")
+
+        def validate_overrides(self, value: str) -> dict[str, Any]:
+            try:
+                parsed = json.loads(value) if value.strip() else {}
+            except json.JSONDecodeError as error:
+                raise serializers.ValidationError(f"not JSON: {error.msg}") from error
+            if not isinstance(parsed, dict):
+                raise serializers.ValidationError("give a JSON object of overrides")
+            return parsed
 
     @extend_schema(
         parameters=[Input],
         responses={200: ExperimentEstimateOutputSerializer, **error_responses(400)},
         operation_id="experiments_estimate",
-        description="What an experiment of `arms` × `seeds` runs of the preset would cost: runs × the median wall "
-        "time of the team's finished runs of the preset when it has any, else × the preset's stated figure, and "
-        f"which it is based on. Past {MAX_SEEDS} seeds or {MAX_EXPERIMENT_RUNS} runs the text names the limit "
-        "instead. Without `team`, a user of several teams gets the preset's figure.",
+        description="What an experiment of `arms` × `seeds` runs of the preset would cost, as a range: worker time "
+        "per run from the team's finished runs of the preset, each scaled to these runs' steps and evaluation "
+        "questions (`overrides`, `benchmarks`, `questions`), else the preset's stated figure; the runs queued and "
+        "running ahead of it on the same queue; and when its last run would end. Past "
+        f"{MAX_SEEDS} seeds or {MAX_EXPERIMENT_RUNS} runs the text names the limit instead. Without `team`, a user "
+        "of several teams gets the preset's figure.",
     )
     def get(self, request: Request) -> Response:
         user = acting_user(request)
@@ -110,8 +132,20 @@ class ExperimentEstimateApi(APIView):
             if values.get("team"):
                 raise
             team = None
+        overrides = dict(values.get("overrides") or {})
+        if values.get("dataset"):
+            overrides["env.dataset"] = values["dataset"]
+        evaluation = None
+        if "benchmarks" in values or "questions" in values:
+            names = [name.strip() for name in str(values.get("benchmarks") or "").split(",") if name.strip()]
+            evaluation = {"benchmarks": names or ["builtin"], "split": "test", "size": values.get("questions") or 0}
         estimate = selectors.experiment_estimate(
-            team=team, preset=values["preset"], arms=values["arms"], seeds=values["seeds"]
+            team=team,
+            preset=values["preset"],
+            arms=values["arms"],
+            seeds=values["seeds"],
+            overrides=overrides,
+            evaluation=evaluation,
         )
         return Response(ExperimentEstimateOutputSerializer(estimate).data)
 

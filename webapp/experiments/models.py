@@ -54,6 +54,12 @@ class Experiment(models.Model):
     )
     baseline = models.CharField(max_length=64, help_text="The arm every other arm is compared with.")
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
+    estimate = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What it was estimated to cost when it was submitted (selectors.experiment_estimate, as the API "
+        "answers it); empty for one submitted before estimates were kept.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

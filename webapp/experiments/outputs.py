@@ -158,6 +158,83 @@ class ExperimentResultsOutputSerializer(serializers.Serializer[Any]):
     )
 
 
+class ExperimentEstimateOutputSerializer(serializers.Serializer[Any]):
+    """What an experiment would cost before it is started (`estimates.experiment_estimate`)."""
+
+    runs = serializers.IntegerField(help_text="Arms × seeds.")
+    minutes_per_run = serializers.FloatField(
+        allow_null=True,
+        help_text="Worker minutes one run is taken to last: the middle of the range (the median of the team's past "
+        "runs scaled to these steps and questions, or the preset's stated figure).",
+    )
+    basis = serializers.ChoiceField(
+        choices=("team", "preset", "none", "limit"),
+        help_text="team: the team's finished runs of the preset, scaled; preset: the preset's stated figure (the team "
+        "has none); none: no figure; limit: past a limit on seeds or runs, which `text` names.",
+    )
+    measured_runs = serializers.IntegerField(help_text="The team's finished runs behind a `team` estimate.")
+    text = serializers.CharField(help_text="The estimate in words, as the New experiment form shows it.")
+    minutes_low = serializers.FloatField(allow_null=True, help_text="The low end of one run's worker minutes.")
+    minutes_high = serializers.FloatField(allow_null=True, help_text="The high end of one run's worker minutes.")
+    worker_minutes = serializers.ListField(
+        child=serializers.FloatField(), allow_null=True, help_text="[low, middle, high] worker minutes of all runs."
+    )
+    steps = serializers.IntegerField(allow_null=True, help_text="Steps of one run.")
+    questions = serializers.IntegerField(
+        allow_null=True, help_text="Evaluation questions one run answers over all its evaluations (null: not known)."
+    )
+    queue = serializers.ChoiceField(choices=("cpu", "gpu"), help_text="The Celery queue its runs go to.")
+    queue_runs = serializers.IntegerField(help_text="Runs queued or running on that queue now, of every team.")
+    queue_minutes = serializers.FloatField(help_text="The minutes those runs have left, summed.")
+    slots = serializers.IntegerField(help_text="Runs the queue serves at once (those running now, at least one).")
+    finish_minutes = serializers.ListField(
+        child=serializers.FloatField(),
+        allow_null=True,
+        help_text="[low, middle, high] minutes from now until its last run ends: the queue ahead shared among the "
+        "slots, then its runs as many at once as the slots and the team's active-run quota allow.",
+    )
+    method = serializers.CharField(help_text="How the range was made, in words.")
+    at = serializers.CharField(help_text="When the estimate was made (ISO 8601).")
+
+
+class RunDurationOutputSerializer(serializers.Serializer[Any]):
+    id = serializers.CharField()
+    arm = serializers.CharField()
+    seed = serializers.IntegerField()
+    status = serializers.CharField()
+    worker_minutes = serializers.FloatField(allow_null=True, help_text="Start to finish.")
+    wait_minutes = serializers.FloatField(allow_null=True, help_text="Submission to start (pending and queued).")
+    total_minutes = serializers.FloatField(allow_null=True, help_text="Submission to finish.")
+
+
+class EstimateErrorOutputSerializer(serializers.Serializer[Any]):
+    estimated = serializers.FloatField(help_text="The middle of the estimate, minutes.")
+    low = serializers.FloatField()
+    high = serializers.FloatField()
+    actual = serializers.FloatField()
+    error_minutes = serializers.FloatField(help_text="Actual − estimated.")
+    error_percent = serializers.FloatField(allow_null=True)
+    within_range = serializers.BooleanField()
+
+
+class ExperimentTimingOutputSerializer(serializers.Serializer[Any]):
+    """`estimates.experiment_timing`: the time left while it runs; each run's durations and the estimate's error."""
+
+    estimate = serializers.DictField(
+        allow_null=True, help_text="The estimate made at submission (as `experiments/estimate/` answers it)."
+    )
+    runs = RunDurationOutputSerializer(many=True)
+    worker_minutes = serializers.FloatField(allow_null=True, help_text="The runs' worker time, summed.")
+    elapsed_minutes = serializers.FloatField(
+        allow_null=True, help_text="Submission to the end of its last run (once it has ended)."
+    )
+    remaining_minutes = serializers.FloatField(allow_null=True, help_text="Time left (while it runs).")
+    queue_runs = serializers.IntegerField(help_text="Others' runs ahead of its waiting ones on the queue.")
+    worker_error = EstimateErrorOutputSerializer(allow_null=True)
+    finish_error = EstimateErrorOutputSerializer(allow_null=True)
+    text = serializers.CharField()
+
+
 class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
     experiment = ExperimentOutputSerializer()
     state = serializers.ChoiceField(
@@ -166,17 +243,4 @@ class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
     runs = ExperimentRunOutputSerializer(many=True)
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs per status.")
     results = ExperimentResultsOutputSerializer()
-
-
-class ExperimentEstimateOutputSerializer(serializers.Serializer[Any]):
-    """What an experiment would cost before it is started (`selectors.experiment_estimate`)."""
-
-    runs = serializers.IntegerField(help_text="Arms × seeds.")
-    minutes_per_run = serializers.FloatField(allow_null=True, help_text="Wall-clock minutes one run is taken to last.")
-    basis = serializers.ChoiceField(
-        choices=("team", "preset", "none", "limit"),
-        help_text="team: the median of the team's finished runs of the preset; preset: the preset's stated figure; "
-        "none: no figure; limit: past a limit on seeds or runs, which `text` names.",
-    )
-    measured_runs = serializers.IntegerField(help_text="The team's finished runs behind a `team` estimate.")
-    text = serializers.CharField(help_text="The estimate in words, as the New experiment form shows it.")
+    timing = ExperimentTimingOutputSerializer()

@@ -4,21 +4,19 @@ per-question answers, step rewards and the machines they recorded — and what a
 
 from __future__ import annotations
 
-import statistics
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from django.db.models import QuerySet
 from django.http import Http404
 
-from inspo_engine.experiments import MAX_SEEDS, EvalSpec, experiment_results, run_name
+from inspo_engine.experiments import EvalSpec, experiment_results, run_name
 from inspo_engine.experiments import Experiment as EngineExperiment
-from webapp.accounts.models import Team
 from webapp.accounts.permissions import AnyUser
-from webapp.runs.models import EvaluationAnswer, Run, RunNote, StepMetric
+from webapp.runs.models import Checkpoint, EvaluationAnswer, Run, RunNote, StepMetric
 
-from .models import Experiment, runs_over_limit
+from .estimates import MEASURED_RUNS, MINUTES_PER_RUN, Estimate, experiment_estimate, experiment_timing
+from .models import Experiment
 
 ENDED = (Run.Status.FINISHED, Run.Status.FAILED, Run.Status.CANCELLED)
 SCORE_METRIC = "em"
@@ -106,16 +104,26 @@ def benchmark_names(run: Run, benchmarks: list[str]) -> dict[str, str]:
     return names
 
 
-def _rewards(runs: list[Run]) -> dict[str, dict[int, list[float]]]:
-    """Per arm, per seed, the training reward of each step in step order."""
-    by_run: dict[Any, list[float]] = defaultdict(list)
-    rows = StepMetric.objects.filter(run__in=runs).order_by("run_id", "step").values_list("run_id", "reward_mean")
-    for run_id, reward in rows:
-        by_run[run_id].append(reward)
-    rewards: dict[str, dict[int, list[float]]] = defaultdict(dict)
+def _rewards(runs: list[Run]) -> dict[str, dict[int, dict[int, float]]]:
+    """Per arm, per seed, the training reward of each step it has reached: a run waiting to resume from a
+    checkpoint has reached that checkpoint's step, whatever its lost attempt recorded after it (which its resumed
+    attempt discards when it starts)."""
+    rewound = {run.pk: int(run.resume_checkpoint_id or 0) for run in runs if _waits_to_resume(run)}
+    reached = dict(Checkpoint.objects.filter(pk__in=list(rewound.values())).values_list("pk", "step"))
+    by_run: dict[Any, dict[int, float]] = defaultdict(dict)
+    rows = StepMetric.objects.filter(run__in=runs).order_by("run_id", "step")
+    for run_id, step, reward in rows.values_list("run_id", "step", "reward_mean"):
+        if run_id not in rewound or step <= reached.get(rewound[run_id], step):
+            by_run[run_id][step] = reward
+    rewards: dict[str, dict[int, dict[int, float]]] = defaultdict(dict)
     for run in runs:
-        rewards[run.arm][run.seed] = by_run.get(run.pk, [])
+        rewards[run.arm][run.seed] = by_run.get(run.pk, {})
     return dict(rewards)
+
+
+def _waits_to_resume(run: Run) -> bool:
+    """Resumed from a checkpoint and not yet started training from it (its attempt discards the later steps)."""
+    return run.resume_checkpoint_id is not None and run.status in (Run.Status.PENDING, Run.Status.QUEUED)
 
 
 def _machines(runs: list[Run]) -> dict[str, dict[str, str] | None]:
@@ -157,91 +165,10 @@ def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
         "runs": runs,
         "counts": run_counts(runs),
         "results": results,
+        "timing": experiment_timing(experiment, runs, ended=all(run.status in ENDED for run in runs)),
     }
 
 
-# -- what a new experiment would cost ---------------------------------------------------------------------------
+# -- what a new experiment would cost, and how long one has left: `estimates` ------------------------------------
 
-MINUTES_PER_RUN: dict[str, float | None] = {"smoke": 5.0, "cpu-demo": 25.0, "paper": None}
-"""Each preset's stated wall-clock time of one run on the platform's default CPU worker, for a team that has not
-finished a run of it yet (docs/experiments.md): smoke 4 min 17 s to 5 min 33 s measured per run with an 8-question
-evaluation on two busy cores; cpu-demo the 21 min 42 s measured for `make demo` in float32 (its 195-question
-evaluation included) on two idle cores, rounded up: in bf16 mixed precision, which the preset's `auto` picks on a CPU
-with bfloat16 instructions, a run took 14–16 minutes alone on two cores with AMX (docs/precision.md), but a CPU
-without them computes in float32, so the estimate keeps the float32 figure; the paper preset trains a 3B model on
-GPUs, for hours, and has no figure here."""
-MEASURED_RUNS = 20
-"""An estimate from the team's own runs takes the median of its newest this-many finished runs of the preset."""
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """What an experiment of `runs` runs of a preset would cost, and what the figure is based on."""
-
-    runs: int
-    minutes_per_run: float | None
-    basis: Literal["team", "preset", "none", "limit"]
-    """team: the median of the team's finished runs of the preset; preset: the preset's stated figure; none: no
-    figure; limit: the experiment is over a limit (`text` names it), so nothing is estimated."""
-    measured_runs: int
-    """The team's finished runs of the preset behind a `team` estimate (0 otherwise)."""
-    text: str
-    """The estimate in words, as the New experiment form shows it."""
-
-
-def _minutes(value: float) -> str:
-    """Minutes per run as the estimate writes them: one decimal under ten.
-
-    >>> _minutes(3.16), _minutes(25.0)
-    ('3.2', '25')
-    """
-    return f"{value:.1f}" if value < 10 else f"{value:.0f}"
-
-
-def preset_minutes_measured(*, team: Team, preset: str) -> tuple[float, int] | None:
-    """The median wall time (minutes, start to finish) of the team's newest finished runs of the preset, and how many
-    it is over; None when it has none."""
-    rows = (
-        Run.objects.filter(team=team, preset=preset, status=Run.Status.FINISHED)
-        .exclude(started_at=None)
-        .exclude(finished_at=None)
-        .order_by("-finished_at")
-        .values_list("started_at", "finished_at")[:MEASURED_RUNS]
-    )
-    spans = [(started, finished) for started, finished in rows if started is not None and finished is not None]
-    minutes = [(finished - started).total_seconds() / 60 for started, finished in spans if finished >= started]
-    return (statistics.median(minutes), len(minutes)) if minutes else None
-
-
-def experiment_estimate(*, team: Team | None, preset: str, arms: int, seeds: int) -> Estimate:
-    """The cost of `arms` × `seeds` runs of `preset`: runs × the median wall time of the team's finished runs of the
-    preset when it has any, else runs × the preset's stated figure (MINUTES_PER_RUN); an experiment past the limits
-    on seeds or runs is not estimated, its text names the limit."""
-    runs = max(0, arms) * max(0, seeds)
-    if seeds > MAX_SEEDS:
-        return Estimate(runs, None, "limit", 0, f"{seeds} seeds: an experiment takes at most {MAX_SEEDS} per arm")
-    if too_many := runs_over_limit(runs):
-        return Estimate(runs, None, "limit", 0, too_many)
-    measured = preset_minutes_measured(team=team, preset=preset) if team is not None else None
-    if measured is not None:
-        minutes, count = measured
-        basis = f"the median of your team's {count} finished {preset} run{'s' if count != 1 else ''}"
-        return Estimate(runs, minutes, "team", count, f"{_cost(runs, minutes)} ({basis})")
-    stated = MINUTES_PER_RUN.get(preset)
-    if stated is not None:
-        basis = f"the {preset} preset's figure; your team has no finished {preset} run to measure yet"
-        return Estimate(runs, stated, "preset", 0, f"{_cost(runs, stated)} ({basis})")
-    why = "GPU hours each" if preset in MINUTES_PER_RUN else "no figure yet"
-    text = f"{runs} runs of the {preset} preset: {why}, no estimate until your team has finished one"
-    return Estimate(runs, None, "none", 0, text)
-
-
-def _cost(runs: int, minutes: float) -> str:
-    """`runs` runs of `minutes` each, in words (hours from two hours on).
-
-    >>> _cost(4, 5.0), _cost(12, 25.0)
-    ('4 runs × ~5.0 min ≈ 20 min of worker time', '12 runs × ~25 min ≈ 5.0 h of worker time')
-    """
-    total = runs * minutes
-    spent = f"{total / 60:.1f} h" if total >= 120 else f"{total:.0f} min"
-    return f"{runs} runs × ~{_minutes(minutes)} min ≈ {spent} of worker time"
+__all__ = ["MEASURED_RUNS", "MINUTES_PER_RUN", "Estimate", "experiment_estimate", "experiment_timing"]

@@ -20,10 +20,12 @@ from inspo_engine.experiments import Experiment as EngineExperiment
 from webapp.accounts.models import Role, Team, User
 from webapp.accounts.permissions import require_role
 from webapp.core.errors import Conflict, InvalidInput
+from webapp.data.references import is_reference
 from webapp.runs.configs import Admission, config_admit, tracking_named
 from webapp.runs.models import Run
 from webapp.runs.services import experiment_pending_check, run_cancel, run_create
 
+from .estimates import estimate_for_experiment
 from .models import Experiment, runs_over_limit
 
 BENCHMARK, BENCHMARKS = "evaluation.benchmark", "evaluation.benchmarks"
@@ -105,6 +107,20 @@ def _named_as_sent(error: InvalidInput, spec: Mapping[str, Any]) -> InvalidInput
     return InvalidInput({BENCHMARK if f == BENCHMARKS else f: m for f, m in error.errors.items()})
 
 
+def _pinned(evaluation: dict[str, Any], configs: Mapping[tuple[str, int], Admission]) -> dict[str, Any]:
+    """The evaluation with each data reference among its benchmarks as its runs' configs pin it (`data:x` →
+    `data:x@2`), so the experiment names its benchmarks as its runs do."""
+    if not configs:
+        return evaluation
+    pinned = list(next(iter(configs.values())).config.eval.benchmarks)
+    named = list(evaluation.get("benchmarks") or [])
+    if len(pinned) == len(named):
+        evaluation["benchmarks"] = [
+            p if is_reference(n) and is_reference(p) else n for n, p in zip(named, pinned, strict=True)
+        ]
+    return evaluation
+
+
 def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, Any]) -> Experiment:
     """Check the experiment and every run's config, store it, and submit its runs (arm by arm, seed by seed): as
     many as the team's quota allows are queued, the rest wait as pending and start as slots free."""
@@ -117,6 +133,9 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
         configs = experiment_configs(experiment, team=team)
     except InvalidInput as error:
         raise _named_as_sent(error, spec) from error
+    evaluation = _pinned(dataclasses.asdict(experiment.evaluation), configs)
+    spec_read = {"preset": experiment.preset, "overrides": experiment.overrides, "evaluation": evaluation}
+    estimate = estimate_for_experiment(spec_read, team=team, runs=len(configs))
     with transaction.atomic():
         experiment_pending_check(team, runs=len(configs))
         row = Experiment.objects.create(
@@ -127,8 +146,9 @@ def experiment_submit(*, team: Team, user: User, name: str, spec: Mapping[str, A
             overrides=dict(experiment.overrides),
             arms=[[arm, dict(overrides)] for arm, overrides in experiment.arms.items()],
             seeds=list(experiment.seeds),
-            evaluation=dataclasses.asdict(experiment.evaluation),
+            evaluation=evaluation,
             baseline=experiment.baseline,
+            estimate=estimate.to_dict(),
         )
         for (arm, seed), admission in configs.items():  # seed by seed: pending runs start whole seeds first
             run_create(

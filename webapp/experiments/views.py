@@ -58,11 +58,14 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
             return redirect("experiments:detail", experiment_id=experiment.pk)
     seeds = str(form["seeds"].value() or 0)
     chosen = teams.filter(pk=form["team"].value()).first() if str(form["team"].value()).isdigit() else None
+    spec = form.spec() if form.is_bound and form.is_valid() else {}
     estimate = selectors.experiment_estimate(
         team=chosen or teams.first(),
         preset=str(form["preset"].value() or "smoke"),
         arms=len(form["arms"].value() or []),
         seeds=int(seeds) if seeds.isdigit() else 0,
+        overrides=spec.get("overrides"),
+        evaluation=spec.get("evaluation"),
     )
     context = {
         "form": form,
@@ -92,6 +95,7 @@ def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
         "detail": ExperimentDetailOutputSerializer(summary).data,
         "can_act": role is not None and role.rank >= Role.MEMBER.rank,
         "several_benchmarks": len(summary["results"]["benchmarks"]) > 1,
+        "run_rows": list(zip(summary["runs"], summary["timing"]["runs"], strict=True)),
         "compare_url": _compare_url(summary["runs"]),
         "compared_runs": min(len(summary["runs"]), MAX_COMPARED_RUNS),
         "can_submit": team_list(user=user, min_role=Role.MEMBER).exists(),

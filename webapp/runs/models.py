@@ -70,6 +70,12 @@ class Run(models.Model):
         "Instruction", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     overhead = models.JSONField(default=dict, blank=True)
+    evaluation_progress = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The evaluation in progress or last made: {step, done, total, benchmark, started, time}, and over "
+        "the run's finished evaluations {seconds, questions, evaluations} (the recorder's, from EvalProgress).",
+    )
 
     class Meta:
         ordering = ("-created_at",)

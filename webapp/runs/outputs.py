@@ -15,6 +15,7 @@ from webapp.accounts.models import Team, User
 
 from .configs import PRESET_NAMES
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Heatmap, Run
+from .progress import run_progress
 from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, OUTCOME_SERIES, SERIES_FIELDS, run_preset_diff
 
 ConfigOutput = serializers.DictField
@@ -86,15 +87,51 @@ class ConfigDiffOutputSerializer(serializers.Serializer[Any]):
     )
 
 
+class EvaluationInProgressOutputSerializer(serializers.Serializer[Any]):
+    step = serializers.IntegerField(help_text="The step evaluated (0: the untrained policy).")
+    done = serializers.IntegerField(help_text="Questions answered so far, over every benchmark.")
+    total = serializers.IntegerField()
+
+
+class RunActivityOutputSerializer(serializers.Serializer[Any]):
+    """`progress.run_progress`: the phase, the share of the work done and the time left, evaluations included."""
+
+    phase = serializers.ChoiceField(choices=("waiting", "evaluating", "training", "ended"))
+    text = serializers.CharField(
+        help_text="The phase in words: 'evaluating the untrained policy: 23 / 64 questions', 'training step 3 / 12'."
+    )
+    fraction = serializers.FloatField(
+        help_text="The share of the work done, 0–1: steps and evaluation questions weighed by their measured "
+        "durations (each step and each evaluation counted as one until both are measured)."
+    )
+    eta_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Seconds left: the remaining steps at the mean of the steps so far, plus the remaining evaluations' "
+        "questions at the rate evaluated so far; null while a rate it needs is unknown.",
+    )
+    step_seconds = serializers.FloatField(allow_null=True)
+    question_seconds = serializers.FloatField(allow_null=True)
+    remaining_steps = serializers.IntegerField()
+    remaining_questions = serializers.IntegerField(allow_null=True)
+    evaluation = EvaluationInProgressOutputSerializer(allow_null=True)
+
+
 class RunDetailOutputSerializer(RunOutputSerializer):
     preset_diff = serializers.SerializerMethodField(
         help_text="The fields whose value differs from the run's preset, labelled `preset` and `run`; null when the "
         "run names no known preset."
     )
+    activity = serializers.SerializerMethodField(
+        help_text="Where the run stands, evaluations included (`progress` counts steps only)."
+    )
 
     class Meta(RunOutputSerializer.Meta):
-        fields = (*RunOutputSerializer.Meta.fields, "preset_diff")
+        fields = (*RunOutputSerializer.Meta.fields, "preset_diff", "activity")
         read_only_fields = fields
+
+    @extend_schema_field(RunActivityOutputSerializer)
+    def get_activity(self, run: Run) -> Any:
+        return RunActivityOutputSerializer(run_progress(run)).data
 
     @extend_schema_field(ConfigDiffOutputSerializer(many=True, allow_null=True))
     def get_preset_diff(self, run: Run) -> Any:

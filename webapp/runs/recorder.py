@@ -77,6 +77,7 @@ FLUSH_ON = {
     "checkpoint_saved",
     "run_finished",
     "run_failed",
+    "eval_progress",
 }
 NOTE_KINDS = {
     "run_started",
@@ -167,6 +168,9 @@ class DatabaseSink:
         self.instructions: dict[str, int] = dict(Instruction.objects.filter(run_id=run_id).values_list("key", "pk"))
         rounds = EvolutionRound.objects.filter(run_id=run_id).order_by("id").values_list("key", "pk")
         self.rounds: dict[str, int] = dict(rounds)
+        self.evaluation: dict[str, Any] = dict(
+            Run.objects.filter(pk=run_id).values_list("evaluation_progress", flat=True).first() or {}
+        )
         self.handlers: dict[str, Callable[[Any, _Batch], None]] = {
             "instruction_added": self._on_instruction_added,
             "step_completed": self._on_step_completed,
@@ -180,6 +184,7 @@ class DatabaseSink:
             "instruction_pruned": self._on_instruction_pruned,
             "control_handled": self._on_control_handled,
             "eval_completed": self._on_eval_completed,
+            "eval_progress": self._on_eval_progress,
             "checkpoint_saved": self._on_checkpoint_saved,
             "run_finished": self._on_run_finished,
         }
@@ -511,6 +516,20 @@ class DatabaseSink:
         rows = _answer_rows(event.answers)
         if rows:
             batch.answers.append((evaluation, rows))
+
+    def _on_eval_progress(self, event: ev.EvalProgress, batch: _Batch) -> None:
+        """Where the evaluation in progress stands, and the seconds and questions of the run's finished ones (what
+        the run's progress and time left are estimated from: `progress.run_progress`)."""
+        now = self.evaluation
+        if event.done == 0 or now.get("step") != event.step or "started" not in now:
+            now["started"] = event.time
+        now |= {"step": event.step, "done": event.done, "total": event.total, "benchmark": event.benchmark[:200]}
+        now["time"] = event.time
+        if event.total and event.done >= event.total:
+            now["seconds"] = float(now.get("seconds", 0.0)) + max(0.0, event.time - float(now["started"]))
+            now["questions"] = int(now.get("questions", 0)) + event.total
+            now["evaluations"] = int(now.get("evaluations", 0)) + 1
+        batch.run_fields["evaluation_progress"] = _clean(dict(now))
 
     def _on_checkpoint_saved(self, event: ev.CheckpointSaved, batch: _Batch) -> None:
         digests = self.digests.get(event.path)

@@ -24,6 +24,16 @@ export function newExperimentPage(root: HTMLElement, api: Api): void {
       teams[value("team") ?? ""],
     );
     if (query === null) return;
+    // What the runs will do: their steps (the shared overrides) and the questions each evaluation answers.
+    const chosen = [...form.querySelectorAll<HTMLInputElement>('input[name="data_benchmarks"]:checked')].map(
+      (box) => box.value,
+    );
+    const benchmarks = [value("benchmarks") ?? "", ...chosen].filter((name) => name.trim() !== "").join(",");
+    query.set("benchmarks", benchmarks);
+    if (/^\d+$/.test(value("questions") ?? "")) query.set("questions", value("questions") ?? "0");
+    const overrides = (value("overrides") ?? "").trim();
+    if (overrides !== "") query.set("overrides", overrides);
+    if (value("dataset")) query.set("dataset", value("dataset") ?? "");
     const mine = ++asked;
     try {
       const answer = await api.get<ExperimentEstimate>("experiments/estimate/", query);

@@ -126,20 +126,26 @@ function renderStatus(root: HTMLElement, { run, metrics }: RunData): void {
   const status = byTestId(root, "run-status");
   status.textContent = run.status;
   status.className = `status status-${run.status}`;
-  const parts = [`step ${run.step} / ${run.total_steps}`, `${Math.round(100 * run.progress)} %`];
+  // The server's account of where the run stands counts its evaluations beside its steps (`activity`).
+  const activity = run.activity;
+  const fraction = activity ? activity.fraction : run.progress;
+  const parts = [activity ? activity.text : `step ${run.step} / ${run.total_steps}`, `${Math.round(100 * fraction)} %`];
   if (isActive(run)) {
-    const started = run.started_at ? Date.parse(run.started_at) : Number.NaN;
-    const eta = estimateEta({
-      step: run.step,
-      totalSteps: run.total_steps,
-      stepSeconds: stepDurations(metrics.timings, metrics.step.length),
-      elapsedSeconds: Number.isFinite(started) ? (Date.now() - started) / 1000 : null,
-    });
+    let eta = activity ? activity.eta_seconds : null;
+    if (!activity) {
+      const started = run.started_at ? Date.parse(run.started_at) : Number.NaN;
+      eta = estimateEta({
+        step: run.step,
+        totalSteps: run.total_steps,
+        stepSeconds: stepDurations(metrics.timings, metrics.step.length),
+        elapsedSeconds: Number.isFinite(started) ? (Date.now() - started) / 1000 : null,
+      });
+    }
     parts.push(eta === null ? "ETA —" : `ETA ${formatDuration(eta)}`);
   }
   byTestId(root, "run-progress").textContent = parts.join(" · ");
   const bar = byTestId<HTMLProgressElement>(root, "run-progress-bar");
-  bar.value = run.progress;
+  bar.value = fraction;
 }
 
 /** The steering table is the server's (its forms carry the CSRF token and the member's permissions): when the

@@ -217,7 +217,8 @@ class VerlLoop:
             if results:
                 rows = [result.to_dict() for result in results]
                 if self.coevolution.out_dir is not None:
-                    write_answers(evaluation_file(self.coevolution.out_dir, step, benchmark), rows)
+                    name = self.coevolution.benchmark_names.get(benchmark, benchmark)
+                    write_answers(evaluation_file(self.coevolution.out_dir, step, name), rows)
                 event = EvalCompleted(
                     step=step,
                     benchmark=benchmark,

@@ -92,6 +92,11 @@ def test_an_experiment_arm_and_its_evaluation_name_data(alices_data):
     runs = {r.arm: r for r in Run.objects.all()}
     assert runs["own"].config["env"]["dataset"] == "data:mine@2"
     assert all(r.config["eval"]["benchmarks"] == ["data:bench@1"] for r in runs.values())
+    # The experiment names its benchmark as its runs do, pinned (#54 item 6), and its estimate counts the 5 questions.
+    experiment = alices_data.get(f"/api/v1/experiments/{response.json()['id']}/").json()
+    assert experiment["experiment"]["evaluation"]["benchmarks"] == ["data:bench@1"]
+    assert experiment["results"]["benchmarks"] == ["data:bench@1"]
+    assert experiment["timing"]["estimate"]["questions"] == 5
 
 
 def test_shared_data_is_named_by_every_team_and_a_teams_own_name_comes_first(alice, bob, api, settings, tmp_path):

@@ -196,6 +196,24 @@ def test_the_table_covers_the_seeds_that_finished_and_names_the_missing_ones(ali
     assert arms["static"]["reward_curve"]["steps"] == [1, 2, 3, 4]
 
 
+def test_the_reward_curve_counts_a_seed_waiting_to_resume_only_up_to_its_checkpoint(alice, api, experiment):
+    """#54 item 6: mid-experiment, a failed seed queued again from its checkpoint of step 2 has reached step 2, not
+    the steps its lost attempt recorded after it (its resumed attempt discards them when it starts)."""
+    from tests.factories import CheckpointFactory, StepMetricFactory
+
+    runs = {(r.arm, r.seed): r for r in experiment.runs.all()}
+    finish(runs[("static", 0)], correct=2)
+    resumed = runs[("static", 1)]
+    for step in (1, 2, 3):
+        StepMetricFactory(run=resumed, step=step, reward_mean=0.5)
+    checkpoint = CheckpointFactory(run=resumed, step=2)
+    Run.objects.filter(pk=resumed.pk).update(status=Run.Status.QUEUED, step=3, resume_checkpoint=checkpoint)
+    arms = {row["arm"]: row for row in api(alice).get(f"{URL}{experiment.pk}/").json()["results"]["arms"]}
+    curve = arms["static"]["reward_curve"]
+    assert curve["steps"] == [1, 2, 3, 4] and curve["seeds"] == [2, 2, 1, 1]
+    assert arms["static"]["seeds"] == [0]  # the seeds that finished
+
+
 def test_several_benchmarks_give_a_verdict_each_and_one_over_their_unweighted_average(alice, api, nq_file):
     response = create(api(alice), evaluation={"benchmarks": ["builtin", "nq.jsonl"], "size": 8})
     assert response.status_code == 201, response.json()

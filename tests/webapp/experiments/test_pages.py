@@ -86,9 +86,14 @@ def test_the_page_of_several_benchmarks_shows_each_ones_verdicts_and_table_1_wit
     assert "inspo − static on Avg. of 2 benchmarks (each weighted 1/2): +12.5 EM points" in page
     assert 'data-testid="benchmark-verdict" data-arm="inspo" data-benchmark="builtin">inspo − static on builtin' in page
     assert 'data-benchmark="nq.jsonl">inspo − static on nq.jsonl: +0.0 EM points' in page
+    # One convention (#54 item 6): EM points as the verdicts write them, signed where a difference, the unit in
+    # every column's header.
     row = page[page.index('data-testid="benchmark-row" data-arm="inspo"') :].split("</tr>")[0]
-    assert 'data-column="builtin">0.500' in row and 'data-column="nq.jsonl">0.750' in row
-    assert 'data-column="average">0.625' in row and "Avg." in page
+    assert 'data-column="builtin">50.0 <span class="muted">+25.0 [' in row and 'data-column="nq.jsonl">75.0' in row
+    assert 'data-column="average">62.5' in row and "Avg.: EM points" in page
+    assert "builtin: EM points (± vs static)" in page and "EM − static, EM points [0.95 interval]" in page
+    arm = page[page.index('data-testid="arm-row" data-arm="inspo"') :].split("</tr>")[0]
+    assert 'data-testid="arm-em">62.5<' in arm and 'data-testid="arm-difference">+12.5 [' in arm
 
 
 def test_the_page_shows_the_table_verdicts_runs_and_a_compare_link(client, alice, experiment):
@@ -181,3 +186,41 @@ def test_the_list_and_the_page_cut_long_names_and_keep_them_whole_in_their_title
     page = client.get(f"/experiments/{experiment.pk}/").content.decode()
     run = experiment.runs.first()
     assert f'<a class="name-cut" href="/runs/{run.pk}/" title="{run.name}">' in page
+
+
+def test_the_page_shows_the_time_left_then_each_runs_durations_and_the_estimates_error(client, alice, experiment):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    kept = experiment.estimate  # made at submission: no finished smoke run yet, so the preset's figure
+    assert kept["basis"] == "preset" and kept["runs"] == 4
+    assert kept["worker_minutes"] == pytest.approx([4 * 4.3, 4 * 5.0, 4 * 5.6])
+    client.force_login(alice)
+    page = html.unescape(client.get(f"/experiments/{experiment.pk}/").content.decode())
+    left = page[page.index('data-testid="experiment-remaining"') :].split("</dd>")[0]
+    assert "about 20 min left (4 of its runs still to end)" in left  # four queued runs of 5.0 min, one at a time
+    assert kept["text"] in page
+
+    start = timezone.now() - timedelta(hours=1)
+    Experiment.objects.filter(pk=experiment.pk).update(created_at=start)
+    clock = start
+    for run, worker in zip(experiment.runs.order_by("arm", "seed"), (4.0, 5.0, 6.0, 7.0), strict=True):
+        finish(run, correct=2)
+        began, clock = clock + timedelta(minutes=1), clock + timedelta(minutes=1 + worker)
+        Run.objects.filter(pk=run.pk).update(created_at=start, started_at=began, finished_at=clock)
+    detail = client.get(f"/api/v1/experiments/{experiment.pk}/").json()["timing"]
+    # Listed static first (the experiment's order); inspo's two ran first, one at a time, a minute apart.
+    assert [r["worker_minutes"] for r in detail["runs"]] == pytest.approx([6.0, 7.0, 4.0, 5.0])
+    assert [r["wait_minutes"] for r in detail["runs"]] == pytest.approx([12.0, 19.0, 1.0, 6.0])
+    assert detail["worker_minutes"] == pytest.approx(22.0) and detail["elapsed_minutes"] == pytest.approx(26.0)
+    error = detail["worker_error"]
+    assert error["estimated"] == pytest.approx(20.0) and error["error_minutes"] == pytest.approx(2.0)
+    assert error["within_range"] and error["error_percent"] == pytest.approx(10.0)
+    assert not detail["finish_error"]["within_range"]  # 26 min against 17.2–22.4: the runs waited between
+    page = html.unescape(client.get(f"/experiments/{experiment.pk}/").content.decode())
+    assert 'data-testid="experiment-remaining"' not in page
+    assert 'data-testid="run-worker-minutes">6.0 min<' in page
+    said = page[page.index('data-testid="experiment-estimate-error"') :].split("</p>")[0]
+    assert "worker time 22 min against 20 min estimated (17–22 min): +2.0 min, +10 %, within the range" in said
+    assert "submission to the end 26 min against 20 min estimated (17–22 min): +6.0 min, +30 %, outside" in said
