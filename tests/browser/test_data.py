@@ -1,8 +1,10 @@
 """Bringing one's own data in a real browser, against a live server and a real Celery worker: upload a questions
-file (train, then its test split), a corpus and a benchmark from the Data page (its progress bar, then the dataset's
-page with its preview); start a quick-shaped run from the New run form that trains on them (the form's dropdowns
-offer them) and is evaluated on the uploaded benchmark and builtin; the worker builds the corpus's index, trains
-the tiny model, and the run page's Table 1 fills with two columns and their average."""
+file (train, then its test split), a corpus and a benchmark from the Data page (its progress bar, the first rows as
+they will be read, confirm, then the dataset's page with its preview; a file of the team's own shape is refused
+naming its keys, opens the mapping fields and is read through them); start a quick-shaped run from the New run
+form that trains on them (the form's dropdowns offer them) and is evaluated on the uploaded benchmark and builtin;
+the worker builds the corpus's index, trains the tiny model, and the run page's Table 1 fills with two columns and
+their average."""
 
 from __future__ import annotations
 
@@ -36,7 +38,8 @@ def qa(indices: range, prefix: str) -> list[dict[str, object]]:
     ]
 
 
-def upload(page, file: Path, name: str, kind: str, split: str = "") -> None:
+def upload(page, file: Path, name: str, kind: str, split: str = "") -> str:
+    """Upload, see the first rows as they will be read, confirm; the rows and shape as the page showed them."""
     page.get_by_role("link", name="Data", exact=True).click()
     page.wait_for_selector("#app[data-ready=true]")
     page.fill("input[name=name]", name)
@@ -44,7 +47,12 @@ def upload(page, file: Path, name: str, kind: str, split: str = "") -> None:
     page.fill("input[name=split]", split)
     page.set_input_files("input[name=file]", str(file))
     page.get_by_test_id("upload").click()
+    staged = page.get_by_test_id("staged")
+    staged.wait_for(state="visible")
+    shown = staged.inner_text()
+    page.get_by_test_id("confirm-upload").click()
     page.wait_for_url("**/data/*/")
+    return shown
 
 
 @pytest.mark.slow
@@ -87,8 +95,30 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
         passages = [
             {"id": f"p{i}", "contents": f'"{c}"\n{CAPITALS[i]} is the capital of {c}.'} for i, c in enumerate(COUNTRIES)
         ]
-        upload(page, write(tmp_path / "mine.jsonl", qa(range(6), "t")), "mine", "questions")
+        shown = upload(page, write(tmp_path / "mine.jsonl", qa(range(6), "t")), "mine", "questions")
+        assert "6 records, read as flashrag" in shown and "What is the capital of Peru?\tLima" in shown, shown
         assert "What is the capital of Peru?" in page.get_by_test_id("preview").inner_text()
+
+        # a shape of the team's own: refused naming its keys, then read through the mapping fields it opened
+        page.get_by_role("link", name="Data", exact=True).click()
+        page.wait_for_selector("#app[data-ready=true]")
+        assert not page.get_by_label("Question field").is_visible()
+        own = [{"q": f"Where is {c}?", "gold": {"a": [CAPITALS[i]]}} for i, c in enumerate(COUNTRIES[:3])]
+        page.fill("input[name=name]", "own")
+        page.set_input_files("input[name=file]", str(write(tmp_path / "own.jsonl", own)))
+        page.get_by_test_id("upload").click()
+        status = page.get_by_test_id("upload-status")
+        status.get_by_text("question_field").wait_for()
+        assert "the keys gold, q" in status.inner_text() and page.get_by_test_id("staged").is_hidden()
+        page.get_by_label("Question field").fill("q")
+        page.get_by_label("Answers field").fill("gold.a")
+        page.get_by_test_id("upload").click()
+        staged = page.get_by_test_id("staged")
+        staged.wait_for(state="visible")
+        assert "read as mapping (question_field q, answers_field gold.a); ids from line number" in staged.inner_text()
+        assert "Where is Chile?\tSantiago" in staged.get_by_test_id("staged-rows").inner_text()
+        page.get_by_test_id("discard-upload").click()
+        status.get_by_text("Discarded; nothing was kept.").wait_for()
         upload(page, write(tmp_path / "mine-test.jsonl", qa(range(6, 8), "x")), "mine", "questions", "test")
         upload(page, write(tmp_path / "wiki.jsonl", passages), "wiki", "corpus")
         upload(page, write(tmp_path / "bench.jsonl", qa(range(4), "b")), "bench", "questions", "test")

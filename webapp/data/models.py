@@ -4,6 +4,8 @@ team is the operator's shared data, read-only to every team."""
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
@@ -218,3 +220,32 @@ class ReachCheck(models.Model):
     @property
     def anywhere_share(self) -> float | None:
         return self.share(self.reachable_anywhere)
+
+
+class StagedUpload(models.Model):
+    """An upload checked and waiting for its team to see its first rows and keep it (the Data page's upload, see,
+    confirm): its canonical file lies in the team's staging folder until it is confirmed (it becomes a version),
+    discarded, or expires (both delete the file)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    name = models.CharField(max_length=64)
+    kind = models.CharField(max_length=12, choices=Dataset.Kind.choices)
+    split = models.CharField(max_length=64)
+    path = models.CharField(max_length=500, help_text="The canonical JSONL in the staging folder.")
+    sha256 = models.CharField(max_length=64)
+    size_bytes = models.BigIntegerField()
+    records = models.PositiveIntegerField()
+    source_name = models.CharField(max_length=255)
+    source_format = models.CharField(max_length=16)
+    shape = models.CharField(max_length=40)
+    ids_from = models.CharField(max_length=200)
+    mapping = models.JSONField(default=dict, help_text="The field mapping sent with it (question_field, …).")
+    lengths = models.JSONField(default=dict)
+    rows = models.JSONField(default=list, help_text="Its first records as they will be read.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ("-created_at",)

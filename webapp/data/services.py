@@ -101,42 +101,64 @@ def dataset_upload(
     of the first bad record, or a bad name; TooLarge (413) past the upload limit; 400 past the team's total. Nothing
     is kept of a refused upload."""
     require_role(user, team, Role.MEMBER)
-    errors = _name_errors(name, kind, split) | mapping.errors()  # as sent, before the content is read or matched
+    upload_errors(name=name, kind=kind, split=split, mapping=mapping, team=team)  # before the content is read
+    split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
+    workdir = scratch_directory()
+    try:
+        checked = upload_checked(upload, team=team, filename=filename, kind=kind, workdir=workdir, mapping=mapping)  # type: ignore[arg-type]
+        return dataset_keep(team=team, user=user, name=name, kind=kind, split=split, checked=checked, filename=filename)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def upload_errors(*, name: str, kind: str, split: str, mapping: FieldMap, team: Team) -> None:
+    """InvalidInput for a bad name, kind, split or mapping (as sent), or a name the team has for the other kind:
+    what is refused before the file is read."""
+    errors = _name_errors(name, kind, split) | mapping.errors()
     if errors:
         raise InvalidInput(errors)
     other = Dataset.objects.filter(team=team, name=name).exclude(kind=kind).values_list("kind", flat=True).first()
     if other is not None:
         raise _other_kind(name, other, kind)
-    split = CORPUS_SPLIT if kind == "corpus" else split or DEFAULT_SPLIT
-    workdir = scratch_directory()
+
+
+def dataset_keep(
+    *, team: Team, user: User, name: str, kind: str, split: str, checked: Checked, filename: str
+) -> Uploaded:
+    """Keep a checked file (`split` as resolved) as the next version of the team's dataset `name`, its canonical file
+    moved into the data storage; the version it already is when the team holds the same content."""
+    existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
+    if existing is not None and existing.dataset.kind == kind:
+        _store(checked, move=True)  # restores its file when the storage lost it
+        return Uploaded(existing, created=False, shape=checked.shape, ids=checked.ids)
+    _team_total_check(team, checked.size)
+    stored, new = _store(checked, move=True)  # the caller's copy is deleted next: a rename will do
     try:
-        checked = _checked(upload, team=team, filename=filename, kind=kind, workdir=workdir, mapping=mapping)  # type: ignore[arg-type]
-        existing = DatasetVersion.objects.filter(dataset__team=team, sha256=checked.sha256, split=split).first()
-        if existing is not None and existing.dataset.kind == kind:
-            _store(checked, move=True)  # restores its file when the storage lost it
-            return Uploaded(existing, created=False, shape=checked.shape, ids=checked.ids)
-        _team_total_check(team, checked.size)
-        stored, new = _store(checked, move=True)  # the scratch copy is deleted next: a rename will do
-        try:
-            version = _version_create(team, user, name, kind, split, checked, stored, filename)
-            return Uploaded(version, created=True, shape=checked.shape, ids=checked.ids)
-        except BaseException:
-            if new:  # refused after all (a concurrent upload of the other kind): nothing is kept
-                _unstore([(checked.sha256, stored)])
-            raise
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        version = _version_create(team, user, name, kind, split, checked, stored, filename)
+        return Uploaded(version, created=True, shape=checked.shape, ids=checked.ids)
+    except BaseException:
+        if new:  # refused after all (a concurrent upload of the other kind): nothing is kept
+            _unstore([(checked.sha256, stored)])
+        raise
 
 
-def _checked(
-    upload: IO[bytes], *, team: Team, filename: str, kind: Kind, workdir: Path, mapping: FieldMap = NO_MAPPING
+def upload_checked(
+    upload: IO[bytes],
+    *,
+    team: Team,
+    filename: str,
+    kind: Kind,
+    workdir: Path,
+    mapping: FieldMap = NO_MAPPING,
+    reserved: int = 0,
 ) -> Checked:
-    """The upload checked and written as canonical JSONL, stopped as soon as it passes the team's data left."""
+    """The upload checked and written as canonical JSONL, stopped as soon as it passes the team's data left (less
+    `reserved`: the bytes its staged uploads hold)."""
     size = getattr(upload, "size", None)
     if size is not None and size > settings.INSPO_DATA_MAX_UPLOAD_BYTES:
         raise TooLarge(too_large_message(filename))
     most = settings.INSPO_DATA_TEAM_MAX_BYTES
-    room = max(0, most - _team_used(team)) if most else 1 << 62
+    room = max(0, most - _team_used(team) - reserved) if most else 1 << 62
     try:
         return check_upload(
             upload, filename=filename, kind=kind, limits=limits(room=room), workdir=workdir, mapping=mapping

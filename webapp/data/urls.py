@@ -2,11 +2,14 @@
 
 from django.urls import path
 
-from . import apis, reach_apis, views
+from . import apis, reach_apis, staging_apis, staging_views, views
 
 api_urlpatterns = [
     path("datasets/", apis.DatasetListCreateApi.as_view(), name="datasets"),
     path("datasets/<int:dataset_id>/", apis.DatasetDetailApi.as_view(), name="dataset"),
+    path("datasets/preview/", staging_apis.UploadPreviewApi.as_view(), name="dataset-preview"),
+    path("datasets/staged/<uuid:staged_id>/", staging_apis.StagedUploadApi.as_view(), name="dataset-staged"),
+    path("datasets/staged/<uuid:staged_id>/confirm/", staging_apis.StagedConfirmApi.as_view(), name="staged-confirm"),
     path("datasets/<int:dataset_id>/index/", apis.DatasetIndexApi.as_view(), name="dataset-index"),
     path("index-jobs/<int:job_id>/", apis.IndexJobApi.as_view(), name="index-job"),
     path("retrieval/", apis.RetrievalStatusApi.as_view(), name="retrieval"),
@@ -20,4 +23,6 @@ app_name = "data"
 urlpatterns = [
     path("", views.data_list, name="list"),
     path("<int:dataset_id>/", views.data_detail, name="detail"),
+    path("preview/", staging_views.upload_preview, name="preview"),
+    path("preview/<uuid:staged_id>/", staging_views.staged_page, name="staged"),
 ]

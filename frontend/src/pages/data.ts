@@ -1,41 +1,138 @@
-/** The Data page's upload: sends the form to the API with a progress bar, then shows what the server made of the
- * file (the version and its records) or the first bad record it named. Without this script the form posts as is. */
+/** The Data page's upload, see, confirm: sends the form to the API's preview with a progress bar, then shows the
+ * file's first rows as runs will read them (its detected shape, where its ids come from), and keeps it only when
+ * the person confirms. A refused file shows the first bad record the server named; one of no known shape opens the
+ * field mapping. Without this script the form posts to the server's own preview page. */
 
 import { cookie } from "../api";
+import { byTestId, fill, h } from "../dom";
+
+/** What `POST datasets/preview/` answers. */
+export interface Staged {
+  id: string;
+  name: string;
+  kind: "questions" | "corpus";
+  split: string;
+  source_name: string;
+  detected_shape: string;
+  ids_from: string;
+  mapping: Record<string, string>;
+  records: number;
+  size_bytes: number;
+  rows: Record<string, unknown>[];
+  existing: { reference: string; number: number } | null;
+}
 
 export function dataPage(root: HTMLElement): void {
   const form = root.querySelector<HTMLFormElement>('[data-testid="upload-form"]');
   const bar = root.querySelector<HTMLProgressElement>('[data-testid="upload-progress"]');
   const status = root.querySelector<HTMLElement>('[data-testid="upload-status"]');
-  if (!form || !bar || !status) return;
+  const section = root.querySelector<HTMLElement>('[data-testid="staged"]');
+  if (!form || !bar || !status || !section) return;
   const api = root.dataset.api ?? "/api/v1/";
+  const mapping = root.querySelector<HTMLDetailsElement>('[data-testid="mapping-fields"]');
+  let staged: Staged | null = null;
+
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const body = new FormData(form); // the team's option values are slugs, as the API takes them
     body.delete("csrfmiddlewaretoken");
     const request = new XMLHttpRequest();
-    request.open("POST", `${api}datasets/`);
+    request.open("POST", `${api}datasets/preview/`);
     request.setRequestHeader("X-CSRFToken", cookie("csrftoken") ?? "");
     request.setRequestHeader("Accept", "application/json");
     bar.hidden = false;
     bar.value = 0;
+    section.hidden = true;
     status.textContent = "Uploading…";
     request.upload.addEventListener("progress", (progress) => {
       if (progress.lengthComputable) bar.value = Math.round((100 * progress.loaded) / progress.total);
       if (progress.loaded === progress.total) status.textContent = "Checking every record…";
     });
     request.addEventListener("load", () => {
-      status.textContent = uploadOutcome(request.status, request.responseText);
-      if (request.status === 200 || request.status === 201) {
-        const body = JSON.parse(request.responseText) as { dataset: { id: number } };
-        window.location.assign(`/data/${body.dataset.id}/`);
+      if (request.status === 201) {
+        staged = JSON.parse(request.responseText) as Staged;
+        status.textContent = "Checked: nothing is kept until you confirm.";
+        showStaged(section, staged);
+        return;
       }
+      status.textContent = uploadOutcome(request.status, request.responseText);
+      if (mapping && needsMapping(request.responseText)) mapping.open = true;
     });
     request.addEventListener("error", () => {
       status.textContent = "The upload did not reach the server; nothing was kept.";
     });
     request.send(body);
   });
+
+  byTestId(section, "confirm-upload").addEventListener("click", () => {
+    if (!staged) return;
+    status.textContent = "Keeping it…";
+    void send(`${api}datasets/staged/${staged.id}/confirm/`, "POST").then(({ code, text }) => {
+      status.textContent = uploadOutcome(code, text);
+      if (code === 200 || code === 201) {
+        const body = JSON.parse(text) as { dataset: { id: number } };
+        window.location.assign(`/data/${body.dataset.id}/`);
+      }
+    });
+  });
+  byTestId(section, "discard-upload").addEventListener("click", () => {
+    if (!staged) return;
+    void send(`${api}datasets/staged/${staged.id}/`, "DELETE").then(({ code }) => {
+      section.hidden = true;
+      staged = null;
+      status.textContent = code === 204 ? "Discarded; nothing was kept." : `The server answered ${code}.`;
+    });
+  });
+}
+
+async function send(url: string, method: string): Promise<{ code: number; text: string }> {
+  try {
+    const response = await fetch(url, {
+      method,
+      credentials: "same-origin",
+      headers: { "X-CSRFToken": cookie("csrftoken") ?? "", Accept: "application/json" },
+    });
+    return { code: response.status, text: await response.text() };
+  } catch {
+    return { code: 0, text: "" };
+  }
+}
+
+/** Fills the staged section: what the file was read as, and its first rows. */
+export function showStaged(section: HTMLElement, staged: Staged): void {
+  fill(byTestId(section, "staged-shape"), ...stagedSummary(staged));
+  const existing = byTestId(section, "staged-existing");
+  existing.hidden = staged.existing === null;
+  existing.textContent = staged.existing
+    ? `The same content is already ${staged.existing.reference} version ${staged.existing.number}: ` +
+      "confirming keeps nothing new."
+    : "";
+  const table = byTestId<HTMLTableElement>(section, "staged-rows");
+  const columns = staged.kind === "corpus" ? ["id", "contents"] : ["id", "question", "golden_answers"];
+  fill(table.tHead!, h("tr", {}, ...columns.map((c) => h("th", { scope: "col" }, c.replace("_", " ")))));
+  fill(table.tBodies[0], ...staged.rows.map((row) => h("tr", {}, ...columns.map((c) => h("td", {}, cell(row[c]))))));
+  byTestId(section, "confirm-upload").textContent = `Keep it as data:${staged.name}`;
+  section.hidden = false;
+}
+
+/** The sentence above the rows: records, the shape (and the mapping used), where the ids come from. */
+export function stagedSummary(staged: Staged): string[] {
+  const used = Object.entries(staged.mapping).filter(([, path]) => path);
+  const mapping = used.length ? ` (${used.map(([field, path]) => `${field} ${path}`).join(", ")})` : "";
+  return [
+    `${staged.source_name}: ${staged.records} records, read as ${staged.detected_shape}${mapping}; ` +
+      `ids from ${staged.ids_from}; for data:${staged.name} (${staged.split}).`,
+  ];
+}
+
+function cell(value: unknown): string {
+  if (Array.isArray(value)) return value.map(String).join(" · ");
+  return value === undefined || value === null ? "" : String(value);
+}
+
+/** Whether a refusal is about the file's shape (it names the mapping fields). */
+export function needsMapping(text: string): boolean {
+  return text.includes("question_field");
 }
 
 /** What to tell the person about the server's answer to an upload. */
