@@ -158,3 +158,81 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
         pages.assert_no_errors("data page, run form and run page")
     finally:
         worker.stop()
+
+
+REACH = Path(__file__).resolve().parents[1] / "engine" / "data" / "reach"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_data_page_and_the_run_form_show_how_many_answers_the_corpus_can_reach(
+    browser, live_server, alice, settings, tmp_path, monkeypatch
+):
+    """Hand-made files whose shares are known (tests/engine/data/reach): the Data page starts a check and shows
+    37.5 % in the top 3 and 62.5 % anywhere; the New run form offers the check of data that reaches 1 of 6 questions
+    and then warns. The worker's work runs here, in the test, where the broker's messages are recorded."""
+    from rest_framework.test import APIClient
+
+    from tests.webapp.data.conftest import upload as api_upload
+    from webapp.data.indexing import INDEX_TASK
+    from webapp.data.models import Dataset
+    from workers.indexing import index_execute
+    from workers.reach import reach_execute
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "data": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
+    settings.INSPO_CACHE_DIR = tmp_path / "cache"
+    sent: list[tuple[str, list[object], str]] = []
+    monkeypatch.setattr(run_tasks, "send", lambda name, args, queue: sent.append((name, args, queue)))
+    client = APIClient()
+    client.force_authenticate(alice)
+    lines = (REACH / "test.jsonl").read_text().splitlines(keepends=True)
+    for name, split, content in (
+        ("mine", "test", "".join(lines)),
+        ("low", "train", "".join(lines[:1] + lines[3:])),  # q1 reached in the top 3, q4-q8 not
+        ("wiki", "", (REACH / "corpus.jsonl").read_text()),
+    ):
+        kind = "corpus" if name == "wiki" else "questions"
+        response = api_upload(client, content.encode(), f"{name}.jsonl", name=name, kind=kind, split=split)
+        assert response.status_code == 201, response.json()
+
+    def work() -> None:
+        """What the cpu worker does with what was sent: the index job, then the checks it released."""
+        while sent:
+            task, args, _ = sent.pop(0)
+            ran = index_execute(job_id=args[0]) if task == INDEX_TASK else reach_execute(check_id=args[0])
+            assert ran == "done", (task, ran)
+
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    mine = Dataset.objects.get(name="mine")
+    page.goto(f"{live_server.url}/data/{mine.pk}/")
+    form = page.get_by_test_id("reach-form")
+    form.locator("select[name=corpus]").select_option("data:wiki")
+    form.get_by_test_id("reach-start").click()
+    page.wait_for_url(f"**/data/{mine.pk}/")
+    assert page.get_by_test_id("reach-check").get_attribute("data-status") == "waiting"  # for the index job
+    work()
+    page.reload()
+    check = page.get_by_test_id("reach-check")
+    assert check.get_attribute("data-status") == "done"
+    assert check.get_by_test_id("reach-topk").inner_text() == "37.5 % (3 of 8)"
+    assert check.get_by_test_id("reach-anywhere").inner_text() == "62.5 % (5 of 8)"
+    pages.shoot("data-reach")
+
+    page.get_by_role("link", name="New run").click()
+    page.wait_for_selector("#app[data-ready=true]")
+    page.select_option("select[name=dataset]", "data:low")
+    page.select_option("select[name=corpus]", "data:wiki")
+    page.fill("textarea[name=overrides]", '{"env.retriever": "bm25"}')
+    page.locator("textarea[name=overrides]").dispatch_event("change")
+    line = page.get_by_test_id("reach-line")
+    line.get_by_text("Not checked yet").wait_for()
+    line.get_by_test_id("reach-check").click()
+    line.get_by_text("Checking data:low (train)").wait_for()
+    work()
+    line.get_by_text("Only 16.7 % of the training questions").wait_for(timeout=15_000)
+    assert line.get_attribute("data-level") == "warning" and "You can still submit" in line.inner_text()
+    assert page.get_by_role("button", name="Submit").is_enabled()
+    pages.assert_no_errors("the Data page's check and the run form's warning")
