@@ -250,7 +250,11 @@ export interface BenchmarkTable {
   rows: BenchmarkRow[];
   /** Per column the runs tied for its highest value; a column where no run is ahead of another is left out. */
   best: Record<string, string[]>;
+  /** Per column whether its runs were scored on the same questions (unrecorded: as many each, which not kept). */
+  questions: Record<string, QuestionSets>;
 }
+
+export type QuestionSets = "same" | "different" | "unrecorded";
 
 export interface Comparison {
   runs: CompareRun[];
@@ -258,7 +262,10 @@ export interface Comparison {
   benchmarks: BenchmarkTable;
   config_diff: ConfigDiff[];
   baseline: string | null;
+  /** Per other run and column, its value minus the baseline's on the questions both scored. */
   deltas: Record<string, Record<string, number>>;
+  /** Per other run and column, the questions its delta is over; null where which ones is unrecorded. */
+  delta_questions: Record<string, Record<string, number | null>>;
 }
 
 export interface RunSummary {

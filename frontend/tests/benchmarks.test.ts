@@ -30,17 +30,19 @@ const comparison: Comparison = {
       { run_id: "r2", values: { hotpotqa: 0.377 }, average: 0.377, steps: { hotpotqa: 20 }, n: { hotpotqa: 1 } },
     ],
     best: { hotpotqa: ["r2"], nq: ["r1"], average: ["r2"] },
+    questions: { hotpotqa: "different", nq: "same" },
   },
   config_diff: [],
   baseline: "r1",
   deltas: { r2: { hotpotqa: 0.068, average: 0.0035 } },
+  delta_questions: { r2: { hotpotqa: 1 } },
 };
 
 describe("benchmarkTable", () => {
   const table = benchmarkTable(comparison);
 
   it("adds the average column after the benchmarks and names the rows", () => {
-    expect(table.columns).toEqual(["hotpotqa", "nq", "average"]);
+    expect(table.columns.map((c) => c.name)).toEqual(["hotpotqa", "nq", "average"]);
     expect(table.rows.map((r) => [r.name, r.baseline])).toEqual([
       ["Search-R1", true],
       ["INSPO", false],
@@ -62,6 +64,7 @@ describe("benchmarkTable", () => {
           { run_id: "r2", values: { hotpotqa: 0.3, nq: 0 }, average: 0.15, steps: {}, n: {} },
         ],
         best: {},
+        questions: {},
       },
     });
     expect(tied.rows.flatMap((r) => r.cells.filter((c) => c.best))).toEqual([]);
@@ -89,16 +92,37 @@ describe("benchmarkTable", () => {
   });
 
   it("heads the average column Avg., as the paper's Table 1 does", () => {
-    expect(table.columns.map(columnLabel)).toEqual(["hotpotqa", "nq", "Avg."]);
+    expect(table.columns.map((c) => columnLabel(c.name))).toEqual(["hotpotqa", "nq", "Avg."]);
+  });
+
+  it("marks a column scored on different questions, and the average with it", () => {
+    expect(table.columns.map((c) => c.questions)).toEqual(["different", "same", "different"]);
+    const unrecorded = benchmarkTable({
+      ...comparison,
+      benchmarks: { ...comparison.benchmarks, questions: { hotpotqa: "unrecorded", nq: "same" } },
+    });
+    expect(unrecorded.columns.map((c) => c.questions)).toEqual(["unrecorded", "same", "unrecorded"]);
+  });
+
+  it("gives each cell its questions, and a delta's shared questions only where fewer than the cell's", () => {
+    expect(table.rows[0].cells.map((c) => c.questions)).toEqual([500, 125, null]);
+    expect(table.rows[1].cells.map((c) => [c.questions, c.deltaQuestions])).toEqual([
+      [1, null], // the delta is over all of this cell's 1 question
+      [null, null],
+      [null, null],
+    ]);
+    const fewer = benchmarkTable({ ...comparison, delta_questions: { r2: { hotpotqa: 0 } } });
+    expect(fewer.rows[1].cells[0].deltaQuestions).toBe(0);
   });
 
   it("has no rows or benchmark columns when nothing was evaluated", () => {
     const empty = benchmarkTable({
       ...comparison,
-      benchmarks: { metric: "em", columns: [], rows: [], best: {} },
+      benchmarks: { metric: "em", columns: [], rows: [], best: {}, questions: {} },
       deltas: {},
+      delta_questions: {},
     });
-    expect(empty).toEqual({ metric: "em", columns: ["average"], rows: [] });
+    expect(empty).toEqual({ metric: "em", columns: [{ name: "average", questions: "same" }], rows: [] });
   });
 });
 

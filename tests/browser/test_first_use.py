@@ -1,6 +1,7 @@
 """What a new user meets first, in a real browser: the New run form shows the chosen preset's values and follows
 the preset; the runs list's Clone asks before it queues a run; a new API token is shown once, survives no reload
-and fits a 390 px screen; a compare table whose runs tie at 0.000 stars nobody. No console errors anywhere."""
+and fits a 390 px screen; a compare table whose runs tie at 0.000 stars nobody, and one whose runs were scored on
+different questions says so and compares them on the questions both scored. No console errors anywhere."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from tests.browser import test_dashboards_e2e as e2e
 from tests.factories import EvaluationFactory, RunFactory
 from webapp.accounts.models import ApiToken
 from webapp.runs.forms import preset_field_texts
-from webapp.runs.models import Run
+from webapp.runs.models import EvaluationAnswer, Run
 
 browser = e2e.browser  # the chromium fixture
 
@@ -108,3 +109,37 @@ def test_a_tie_at_zero_stars_no_run_in_the_compare_table(browser, live_server, a
     body = table.locator("tbody").inner_text()
     assert "0.000" in body and "★" not in body and table.locator(".best-mark").count() == 0
     pages.assert_no_errors("the compare page")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_compare_table_shows_each_cells_questions_and_marks_a_column_scored_on_other_questions(
+    browser, live_server, alice, alice_team
+):
+    base, other = (RunFactory(team=alice_team, creator=alice, name=name) for name in ("base", "other"))
+    # nq: base on q0-q3, other on q2-q5 (q2 and q3 in common); hotpotqa: both on the same two questions.
+    scored(base, "nq", {"q0": 1.0, "q1": 0.0, "q2": 1.0, "q3": 0.0})
+    scored(other, "nq", {"q2": 1.0, "q3": 1.0, "q4": 0.0, "q5": 1.0})
+    scored(base, "hotpotqa", {"q0": 1.0, "q1": 0.0})
+    scored(other, "hotpotqa", {"q0": 1.0, "q1": 1.0})
+    pages = signed_in(browser, live_server, alice)
+    pages.goto(f"/compare/?runs={base.pk}&runs={other.pk}&baseline={base.pk}")
+    table = pages.page.get_by_test_id("benchmark-table")
+    table.locator(".delta").first.wait_for()
+    assert table.locator('th[data-column="nq"] .questions-mark').inner_text().strip() == "≠"
+    assert table.locator('th[data-column="hotpotqa"] .questions-mark').count() == 0
+    other_row = table.locator("tbody tr").nth(1)
+    nq = other_row.locator('td[data-column="nq"]').inner_text()
+    assert "0.750" in nq and "n=4" in nq and "+0.500" in nq and "on 2 shared" in nq  # not 0.75 − 0.5
+    hotpotqa = other_row.locator('td[data-column="hotpotqa"]').inner_text()
+    assert "n=2" in hotpotqa and "+0.500" in hotpotqa and "shared" not in hotpotqa  # all of its questions
+    assert "questions both scored" in table.locator("caption").inner_text()
+    pages.shoot("compare-question-sets")
+    pages.assert_no_errors("the compare page with different questions")
+
+
+def scored(run, benchmark, answers):
+    """An evaluation that kept its answers: question id → exact match (F1 the same)."""
+    evaluation = EvaluationFactory(run=run, benchmark=benchmark, value=0.0, n=len(answers))
+    EvaluationAnswer.objects.bulk_create(
+        EvaluationAnswer(evaluation=evaluation, question_id=question, em=em, f1=em) for question, em in answers.items()
+    )

@@ -552,6 +552,12 @@ class BenchmarkTableOutputSerializer(serializers.Serializer[Any]):
         help_text="Per column (and `average`) the runs tied for its highest value; a column where no run is ahead "
         "of another is left out.",
     )
+    questions = serializers.DictField(
+        child=serializers.ChoiceField(choices=["same", "different", "unrecorded"]),
+        help_text="Per column, whether its runs were scored on the same questions: same; different (the ids of "
+        "their questions differ, or their numbers do); unrecorded (as many questions each, but not every evaluation "
+        "kept which).",
+    )
 
 
 class ComparisonOutputSerializer(serializers.Serializer[Any]):
@@ -564,7 +570,15 @@ class ComparisonOutputSerializer(serializers.Serializer[Any]):
     baseline = serializers.UUIDField(allow_null=True)
     deltas = serializers.DictField(
         child=serializers.DictField(child=serializers.FloatField()),
-        help_text="Per other run, its value minus the baseline's per column both have (and the average).",
+        help_text="Per other run, its value minus the baseline's per column both have, on the questions both scored "
+        "(their means over the questions they share where the two were scored on different ones; none where they "
+        "share none, or where either kept no per-question results and their numbers of questions differ), and the "
+        "average's: the mean of the columns' deltas, when every column has one.",
+    )
+    delta_questions = serializers.DictField(
+        child=serializers.DictField(child=serializers.IntegerField(allow_null=True)),
+        help_text="Per other run and column, the questions its delta is over: those both scored; null where either "
+        "evaluation kept no per-question results (as many questions each, which ones unrecorded).",
     )
 
 

@@ -4,6 +4,8 @@ evaluations, trajectories and checkpoints shaped for charts. Functions taking `r
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import math
 from collections import defaultdict
@@ -13,7 +15,10 @@ from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db.models import Avg, Count, QuerySet
+from django.contrib.postgres.aggregates import ArrayAgg, StringAgg
+from django.core.cache import cache
+from django.db.models import Avg, Count, Max, QuerySet
+from django.db.models.functions import MD5
 from django.http import Http404
 
 from inspo_engine.config import PopulationConfig
@@ -21,6 +26,7 @@ from inspo_engine.env.rewards import exact_match
 from webapp.accounts.models import Team
 from webapp.accounts.permissions import AnyUser
 from webapp.core.errors import InvalidInput
+from webapp.core.responses import CACHED_JSON_S
 from webapp.core.text import words_that_differ
 
 from .configs import PRESET_NAMES, config_compose, team_tracking_default, tracking_section
@@ -29,6 +35,7 @@ from .models import (
     ControlRequest,
     DiversityRecord,
     Evaluation,
+    EvaluationAnswer,
     EvaluationRequest,
     EvolutionRound,
     Heatmap,
@@ -193,6 +200,11 @@ POPULATION_FIELDS = (
 )
 
 
+CACHE_VERSION = 2
+"""Part of every cache key (and so of every ETag derived from one): raise it when an answer's shape changes, so that
+no entry written by the code before is served by the code after."""
+
+
 def run_cache_key(*, run: Run, name: str) -> str | None:
     """A cache key for `name` (a kind of data) of a run that no longer changes; None while the run is active. The
     key holds what changes when the run does again (status, last step, attempt, finish time): a resumed run moves
@@ -200,7 +212,7 @@ def run_cache_key(*, run: Run, name: str) -> str | None:
     if run.is_active:
         return None
     finished = run.finished_at.isoformat() if run.finished_at else "-"
-    return f"runs:{name}:{run.pk}:{run.status}:{run.step}:{run.attempts}:{finished}"
+    return f"runs:v{CACHE_VERSION}:{name}:{run.pk}:{run.status}:{run.step}:{run.attempts}:{finished}"
 
 
 def run_population_columns(*, run: Run) -> dict[str, Any]:
@@ -215,23 +227,31 @@ def run_population_columns(*, run: Run) -> dict[str, Any]:
     )
     index = {pk: i for i, (pk, *_) in enumerate(snapshots)}
     keys = dict(Instruction.objects.filter(run=run).order_by().values_list("pk", "key"))
-    members: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    # One row per instruction, its statistics already in arrays in snapshot order (PostgreSQL sorts and gathers
+    # them), rather than one row per membership placed by Python: a 300-step run has 2,000-odd memberships.
+    order = ("snapshot__step", "snapshot_id")
     rows = (
         PopulationMember.objects.filter(snapshot__run=run)
-        .order_by()  # placed by snapshot index below; the default ordering would sort through the run
-        .values_list("snapshot_id", "instruction_id", *POPULATION_FIELDS)
+        .order_by()
+        .values("instruction_id")
+        .annotate(
+            snapshot_ids=ArrayAgg("snapshot_id", order_by=order),
+            **{f"{name}_column": ArrayAgg(name, order_by=order) for name in POPULATION_FIELDS},
+        )
+        .values_list("instruction_id", "snapshot_ids", *(f"{name}_column" for name in POPULATION_FIELDS))
     )
-    for snapshot_id, instruction_id, *values in rows:
-        members[keys[instruction_id]].append((index[snapshot_id], *values))
     instructions: list[dict[str, Any]] = []
-    for key, stats in members.items():
-        stats.sort(key=lambda row: row[0])
-        start = stats[0][0]
-        columns: list[list[Any]] = [[None] * (stats[-1][0] - start + 1) for _ in POPULATION_FIELDS]
-        for position, *values in stats:
-            for column, value in zip(columns, values, strict=True):
-                column[position - start] = value
-        instructions.append({"id": key, "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))})
+    for instruction_id, snapshot_ids, *values in rows:
+        positions = [index[pk] for pk in snapshot_ids]
+        start, span = positions[0], positions[-1] - positions[0] + 1
+        columns: list[list[Any]] = values
+        if span != len(positions):  # not a member in between: null there
+            columns = [[None] * span for _ in POPULATION_FIELDS]
+            for at, position in enumerate(positions):
+                for column, value in zip(columns, values, strict=True):
+                    column[position - start] = value[at]
+        entry = {"id": keys[instruction_id], "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))}
+        instructions.append(entry)
     # First membership first; among those that joined together, the heavier first (the order the stacked chart uses).
     instructions.sort(key=lambda entry: (entry["start"], -entry["weight"][0], entry["id"]))
     return {
@@ -553,9 +573,23 @@ def config_diff(configs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]
     diff = []
     for name in fields:
         values = {label: config.get(name) for label, config in flat.items()}
-        if len({json.dumps(v, sort_keys=True) for v in values.values()}) > 1:  # by content, in any key order
+        if len({_content(v) for v in values.values()}) > 1:
             diff.append({"field": name, "values": values})
     return diff
+
+
+def _content(value: Any) -> Any:
+    """What a config value is, comparable with another's: a plain value with its type (1, 1.0 and True differ, as in
+    JSON), a list or a dict as its JSON with sorted keys (by content, in any key order)."""
+    if isinstance(value, list | dict):
+        return json.dumps(value, sort_keys=True)
+    return (type(value), value)
+
+
+@functools.cache
+def _preset_config(name: str) -> dict[str, Any]:
+    """A preset's whole config, composed once per process: presets are code."""
+    return config_compose(preset=name).to_dict()
 
 
 def run_preset_diff(*, run: Run) -> list[dict[str, Any]] | None:
@@ -563,21 +597,32 @@ def run_preset_diff(*, run: Run) -> list[dict[str, Any]] | None:
     the run names no preset this version knows."""
     if run.preset not in PRESET_NAMES:
         return None
-    return config_diff({"preset": config_compose(preset=run.preset).to_dict(), "run": run.config})
+    return config_diff({"preset": _preset_config(run.preset), "run": run.config})
 
 
 def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
+    """Table 1 of the paper for these runs (see `_compare_table`)."""
+    return _compare_table(runs, metric=metric)[0]
+
+
+def _compare_table(runs: list[Run], *, metric: str) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]:
     """Table 1 of the paper for these runs: rows are runs, columns the benchmarks any of them was evaluated on,
     each cell the run's newest evaluation's `metric` (see `newest_evaluations`); `average` ("Avg.") is the unweighted
     mean over the table's columns, given only for a run with a value in every column (an average over other
     benchmarks is no Table-1 number); `best` lists per column the runs with its highest value (see `column_best`),
     leaving out columns where no run is ahead of another. Each row also says the step and the questions (n) of every
-    value."""
-    newest = newest_evaluations(runs)
-    values = {
-        run_id: {name: cell[metric] for name, cell in cells.items() if cell[metric] is not None}
+    value, and `questions` says per column whether its runs were scored on the same questions (`question_sets`).
+    Also returns the cells behind the values (run id → column → cell, with its `evaluation_id` and `digest`)."""
+    newest = newest_evaluations(runs, ids=True)
+    scored = {
+        run_id: {name: cell for name, cell in cells.items() if cell[metric] is not None}
         for run_id, cells in newest.items()
     }
+    digests = _question_digests(cell["evaluation_id"] for cells in scored.values() for cell in cells.values())
+    for found in scored.values():
+        for cell in found.values():
+            cell["digest"] = digests.get(cell["evaluation_id"]) if cell["per_question"] else None
+    values = {run_id: {name: cell[metric] for name, cell in cells.items()} for run_id, cells in scored.items()}
     columns = sorted({benchmark for by_name in values.values() for benchmark in by_name})
     cells: dict[str, dict[str, float]] = {}  # column → run id → value
     table: list[dict[str, Any]] = []
@@ -586,7 +631,7 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
         row_values = values.get(run_id, {})
         complete = bool(columns) and all(column in row_values for column in columns)
         average = sum(row_values.values()) / len(row_values) if complete else None
-        found = newest.get(run_id, {})
+        found = scored.get(run_id, {})
         table.append(
             {
                 "run_id": run_id,
@@ -596,31 +641,51 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
                 "n": {name: found[name]["n"] for name in row_values},
             }
         )
-        scored = {**row_values, "average": average} if average is not None else row_values
-        for column, score in scored.items():
+        by_score = {**row_values, "average": average} if average is not None else row_values
+        for column, score in by_score.items():
             cells.setdefault(column, {})[run_id] = score
     best = {column: tied for column, by_run in cells.items() if (tied := column_best(by_run))}
-    return {"metric": metric, "columns": columns, "rows": table, "best": best}
+    questions = {
+        column: question_sets([found[column] for found in scored.values() if column in found]) for column in columns
+    }
+    return {"metric": metric, "columns": columns, "rows": table, "best": best, "questions": questions}, scored
 
 
-def newest_evaluations(runs: list[Run], *, step: int | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+def newest_evaluations(
+    runs: list[Run],
+    *,
+    step: int | None = None,
+    ids: bool = False,
+) -> dict[str, dict[str, dict[str, Any]]]:
     """run id → benchmark → the run's newest evaluation of it (by step, then as stored; at `step` when given):
     `em` and `f1` from its per-question rows when it kept them (`per_question`, and `n` counts them), else the numbers
     stored with it (None for a metric it did not store); `step`, `n`, and `source` (training or requested). A run
-    that finished has evaluated every benchmark of its config last, so these are its final evaluation."""
+    that finished has evaluated every benchmark of its config last, so these are its final evaluation (with `ids`,
+    each names it: `evaluation_id`, its em row's)."""
     rows = Evaluation.objects.filter(run__in=runs, metric__in=BENCHMARK_METRICS)
     if step is not None:
         rows = rows.filter(step=step)
     annotated = rows.annotate(answered=Count("answers"), mean_em=Avg("answers__em"), mean_f1=Avg("answers__f1"))
     fields = ("run_id", "benchmark", "step", "request_id", "metric", "value", "n", "answered", "mean_em", "mean_f1")
     newest: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for run_id, benchmark, at, request, metric, value, n, answered, mean_em, mean_f1 in annotated.order_by(
-        "run_id", "benchmark", "step", "id"
-    ).values_list(*fields):
+    for (
+        evaluation_id,
+        run_id,
+        benchmark,
+        at,
+        request,
+        metric,
+        value,
+        n,
+        answered,
+        mean_em,
+        mean_f1,
+    ) in annotated.order_by("run_id", "benchmark", "step", "id").values_list("id", *fields):
         cell = newest[str(run_id)].get(benchmark)
         if metric == "em" or cell is None or not _joins(cell, at, request):  # an em row starts an evaluation
             cell = {"benchmark": benchmark, "step": at, "em": None, "f1": None, "n": n, "per_question": False}
             cell |= {"source": "requested" if request else "training", "_request": request, "_f1_row": False}
+            cell["_id"] = evaluation_id
             newest[str(run_id)][benchmark] = cell
         if metric == "em" and answered:
             cell |= {"em": mean_em, "f1": mean_f1, "n": answered, "per_question": True}
@@ -628,6 +693,9 @@ def newest_evaluations(runs: list[Run], *, step: int | None = None) -> dict[str,
             cell |= {"f1": cell["f1"] if cell["per_question"] else value, "_f1_row": True}
         else:
             cell["em"] = value
+    if ids:  # the evaluation each cell is, for a caller that reads its answers
+        for cell in (cell for cells in newest.values() for cell in cells.values()):
+            cell["evaluation_id"] = cell["_id"]
     return {
         run_id: {name: {k: v for k, v in cell.items() if not k.startswith("_")} for name, cell in cells.items()}
         for run_id, cells in newest.items()
@@ -667,6 +735,42 @@ def _mean_of(values: Iterable[float | None]) -> float | None:
     return sum(value for value in items if value is not None) / len(items)
 
 
+def _question_digests(evaluation_ids: Iterable[int]) -> dict[int, str]:
+    """Per evaluation that kept its per-question results, a digest of the ids of the questions it scored (equal
+    digests: the same questions); PostgreSQL computes them, so one row per evaluation comes back, not its answers."""
+    ids = set(evaluation_ids)
+    if not ids:
+        return {}
+    rows = (
+        EvaluationAnswer.objects.filter(evaluation_id__in=ids)
+        .order_by()  # grouped by evaluation alone, not through the model's ordering
+        .values("evaluation_id")
+        .annotate(digest=MD5(StringAgg("question_id", delimiter="\n", order_by="question_id")))
+        .values_list("evaluation_id", "digest")
+    )
+    return dict(rows)
+
+
+def question_sets(cells: list[dict[str, Any]]) -> str:
+    """Whether the evaluations of a column were scored on the same questions: `same`; `different`, when the ids of
+    their questions differ (or, where one kept no per-question results, their numbers do); `unrecorded`, when they
+    scored as many questions but not every one kept which.
+
+    >>> question_sets([{"digest": "a", "n": 2}, {"digest": "a", "n": 2}])
+    'same'
+    >>> question_sets([{"digest": "a", "n": 2}, {"digest": None, "n": 3}])
+    'different'
+    >>> question_sets([{"digest": "a", "n": 2}, {"digest": None, "n": 2}])
+    'unrecorded'
+    """
+    digests = {cell["digest"] for cell in cells}
+    if None not in digests:
+        return "same" if len(digests) <= 1 else "different"
+    if len({cell["n"] for cell in cells}) > 1:
+        return "different"
+    return "unrecorded" if len(cells) > 1 else "same"
+
+
 def column_best(by_run: dict[str, float]) -> list[str]:
     """The runs that share a column's highest value, when some other run has less; none when every run there has
     the same value (all 0.000, say) or only one run has a value, since then nothing is better than anything.
@@ -681,31 +785,99 @@ def column_best(by_run: dict[str, float]) -> list[str]:
     return tied if len(tied) < len(by_run) else []
 
 
-def benchmark_deltas(table: dict[str, Any], *, baseline: str) -> dict[str, dict[str, float]]:
-    """Each other run's value minus the baseline's, per column the both have (and the average)."""
-    rows = {row["run_id"]: row for row in table["rows"]}
-    base = rows[baseline]
-    deltas: dict[str, dict[str, float]] = {}
-    for run_id, row in rows.items():
-        if run_id == baseline:
-            continue
-        delta = {
-            column: row["values"][column] - base["values"][column]
-            for column in table["columns"]
-            if column in row["values"] and column in base["values"]
-        }
-        if row["average"] is not None and base["average"] is not None:
-            delta["average"] = row["average"] - base["average"]
-        deltas[run_id] = delta
-    return deltas
+def benchmark_deltas(
+    table: dict[str, Any], scored: dict[str, dict[str, dict[str, Any]]], *, baseline: str
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, int | None]]]:
+    """Each other run's value minus the baseline's, per column both have, on the questions both scored: for two
+    evaluations on the same questions, the difference of their values; on different questions, the difference of
+    their means over the questions they share (none shared: no delta); where either kept no per-question results,
+    the difference of their values when they scored as many questions (which ones is not recorded), else no delta.
+    The average's delta is the mean of the columns' deltas, given when every column of the table has one. Returns
+    the deltas and, per delta, the questions it is over (None: unrecorded)."""
+    metric = table["metric"]
+    base = scored.get(baseline, {})
+    pairs: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+    for run_id, cells in scored.items():
+        if run_id != baseline:
+            pairs |= {(run_id, column): (cell, base[column]) for column, cell in cells.items() if column in base}
+    unlike = {
+        (cell["evaluation_id"], other["evaluation_id"])
+        for cell, other in pairs.values()
+        if cell["digest"] and other["digest"] and cell["digest"] != other["digest"]
+    }
+    answers = _answer_values({id_ for pair in unlike for id_ in pair}, metric)
+    deltas: dict[str, dict[str, float]] = {row["run_id"]: {} for row in table["rows"] if row["run_id"] != baseline}
+    questions: dict[str, dict[str, int | None]] = {run_id: {} for run_id in deltas}
+    for (run_id, column), (cell, other) in pairs.items():
+        if (cell["evaluation_id"], other["evaluation_id"]) in unlike:
+            mine, theirs = answers[cell["evaluation_id"]], answers[other["evaluation_id"]]
+            shared = mine.keys() & theirs.keys()
+            if shared:
+                deltas[run_id][column] = (sum(mine[q] for q in shared) - sum(theirs[q] for q in shared)) / len(shared)
+                questions[run_id][column] = len(shared)
+        elif cell["digest"] and other["digest"]:
+            deltas[run_id][column] = cell[metric] - other[metric]
+            questions[run_id][column] = cell["n"]
+        elif cell["n"] == other["n"]:
+            deltas[run_id][column] = cell[metric] - other[metric]
+            questions[run_id][column] = None
+    for delta in deltas.values():
+        if table["columns"] and all(column in delta for column in table["columns"]):
+            delta["average"] = sum(delta[column] for column in table["columns"]) / len(table["columns"])
+    return deltas, questions
+
+
+def _answer_values(evaluation_ids: set[int], metric: str) -> dict[int, dict[str, float]]:
+    """evaluation id → question id → its `metric` (em or f1) on that question."""
+    values: dict[int, dict[str, float]] = {id_: {} for id_ in evaluation_ids}
+    rows = EvaluationAnswer.objects.filter(evaluation_id__in=evaluation_ids).order_by()
+    for evaluation_id, question_id, value in rows.values_list("evaluation_id", "question_id", metric):
+        values[evaluation_id][question_id] = value
+    return values
+
+
+def _compare_series(runs: list[Run]) -> dict[str, dict[str, list[Any]]]:
+    """Fig. 2's series of each run, one value per stored step (run id → column → values). A settled run's are read
+    once and then kept in the cache (`run_cache_key`); the rest are read together in one query."""
+    names = ("step", *COMPARE_SERIES)
+    keys = {str(run.pk): run_cache_key(run=run, name="compare-series") for run in runs}
+    kept = cache.get_many([key for key in keys.values() if key is not None])
+    series = {run_id: kept[key] for run_id, key in keys.items() if key in kept}
+    missing = [run for run in runs if str(run.pk) not in series]
+    if missing:
+        read: dict[str, list[tuple[Any, ...]]] = {str(run.pk): [] for run in missing}
+        rows = StepMetric.objects.filter(run__in=missing).order_by("run_id", "step").values_list("run_id", *names)
+        for run_id, *values in rows:
+            read[str(run_id)].append(values)
+        for run_id, steps in read.items():
+            columns = list(zip(*steps, strict=True)) or [() for _ in names]
+            series[run_id] = {name: list(column) for name, column in zip(names, columns, strict=True)}
+        cache.set_many({keys[run_id]: series[run_id] for run_id in read if keys[run_id] is not None}, CACHED_JSON_S)
+    return {str(run.pk): series[str(run.pk)] for run in runs}
+
+
+def comparison_cache_key(*, runs: list[Run], metric: str, baseline: Run | None) -> str | None:
+    """A cache key for the comparison of these runs (`run_compare`) once none of them is active; None before. It
+    holds each run's version (`run_cache_key`), name and tags, and the number and newest id of their evaluations: a
+    settled run can still be renamed, tagged and evaluated again, and each changes what the comparison shows."""
+    parts = [metric, str(baseline.pk) if baseline is not None else "-"]
+    for run in runs:
+        key = run_cache_key(run=run, name="compare")
+        if key is None:
+            return None
+        parts += [key, run.name, *run_tag_names(run=run)]
+    evaluations = Evaluation.objects.filter(run__in=runs).aggregate(count=Count("id"), newest=Max("id"))
+    parts.append(f"{evaluations['count']}:{evaluations['newest']}")
+    digest = hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
+    return f"runs:v{CACHE_VERSION}:compare:{digest}"
 
 
 def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = None) -> dict[str, Any]:
     """Everything the compare page shows: the Fig. 2 series of each run, the benchmark table, the config fields
-    that differ, and deltas against the baseline run (one of `runs`)."""
-    series = {str(run.pk): _step_columns(run, ("step", *COMPARE_SERIES)) for run in runs}
-    table = benchmark_table(runs, metric=metric)
+    that differ, and deltas against the baseline run (one of `runs`) with the questions each is over."""
+    table, scored = _compare_table(runs, metric=metric)
     baseline_id = str(baseline.pk) if baseline is not None else None
+    deltas, questions = benchmark_deltas(table, scored, baseline=baseline_id) if baseline_id else ({}, {})
     return {
         "runs": [
             {
@@ -720,11 +892,12 @@ def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = N
             }
             for run in runs
         ],
-        "series": series,
+        "series": _compare_series(runs),
         "benchmarks": table,
         "config_diff": config_diff({str(run.pk): run.config for run in runs}),
         "baseline": baseline_id,
-        "deltas": benchmark_deltas(table, baseline=baseline_id) if baseline_id else {},
+        "deltas": deltas,
+        "delta_questions": questions,
     }
 
 

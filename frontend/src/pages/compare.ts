@@ -7,11 +7,27 @@ import { byTestId, fill, formatNumber, h } from "../dom";
 import { AVERAGE, benchmarkTable, columnLabel, formatDelta, type BenchmarkTable } from "../transforms/benchmarks";
 import { formatValue } from "../transforms/configDiff";
 import { ema, points } from "../transforms/smoothing";
-import type { Comparison, CompareRun, CompareSeries, Page, Run } from "../types";
+import type { Comparison, CompareRun, CompareSeries, Page, QuestionSets, Run } from "../types";
 
 const AVERAGE_TITLE =
   "The unweighted mean over the benchmarks, each counting the same whatever its number of questions; " +
   "only for a run with a value in every column.";
+
+const QUESTION_MARKS: Record<QuestionSets, { text: string; title: string } | null> = {
+  same: null,
+  different: {
+    text: " ≠",
+    title:
+      "These runs were scored on different questions: their values are not alike. " +
+      "Deltas use only the questions both the run and the baseline scored.",
+  },
+  unrecorded: {
+    text: " ?",
+    title:
+      "As many questions each, but not every evaluation kept which: they may differ. " +
+      "Deltas compare the whole evaluations.",
+  },
+};
 
 export async function comparePage(root: HTMLElement, api: Api): Promise<void> {
   const chosen = JSON.parse(document.getElementById("compare-selection")?.textContent ?? "[]") as string[];
@@ -180,14 +196,21 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
     "tr",
     {},
     h("th", { scope: "col", text: "Run" }),
-    ...table.columns.map((column) =>
-      h("th", {
-        scope: "col",
-        class: "num",
-        text: columnLabel(column),
-        title: column === AVERAGE ? AVERAGE_TITLE : null,
-      }),
-    ),
+    ...table.columns.map((column) => {
+      const mark = QUESTION_MARKS[column.questions];
+      return h(
+        "th",
+        {
+          scope: "col",
+          class: "num",
+          title: column.name === AVERAGE ? AVERAGE_TITLE : null,
+          "data-column": column.name,
+          "data-questions": column.questions,
+        },
+        columnLabel(column.name),
+        mark ? h("span", { class: "questions-mark", title: mark.title, text: mark.text }) : null,
+      );
+    }),
   );
   const rows = table.rows.map((row) =>
     h(
@@ -205,10 +228,20 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
           { class: `num${cell.best ? " best" : ""}`, "data-column": cell.column, title: cell.source },
           cell.best ? h("strong", { text: formatNumber(cell.value) }) : formatNumber(cell.value),
           cell.best ? h("span", { class: "best-mark", title: "best in this column", text: " ★" }) : null,
+          cell.questions !== null
+            ? h("span", { class: "questions muted", title: "questions scored", text: ` n=${cell.questions}` })
+            : null,
           cell.delta !== null
             ? h("span", {
                 class: `delta ${cell.delta > 0 ? "up" : cell.delta < 0 ? "down" : ""}`,
                 text: ` ${formatDelta(cell.delta)}`,
+              })
+            : null,
+          cell.deltaQuestions !== null
+            ? h("span", {
+                class: "delta-questions muted",
+                title: "the delta is over the questions both this run and the baseline scored",
+                text: ` on ${cell.deltaQuestions} shared`,
               })
             : null,
         ),
@@ -229,7 +262,10 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
         "table",
         { "data-testid": "benchmark-table" },
         h("caption", {
-          text: `${table.metric.toUpperCase()} per benchmark; ★ best in the column (every run tied for it; none when all are equal); signed numbers are deltas against the baseline.`,
+          text:
+            `${table.metric.toUpperCase()} per benchmark and the questions it was scored on (n); ★ best in the column ` +
+            "(every run tied for it; none when all are equal); ≠ marks a column whose runs were scored on different " +
+            "questions; signed numbers are deltas against the baseline, on the questions both scored.",
         }),
         h("thead", {}, head),
         h("tbody", {}, ...rows),

@@ -2,7 +2,7 @@
  * against the baseline and whether it is the column's best. The server picks the bests and computes averages and
  * deltas (one source for the API and the page); this only lines them up. Knows nothing about the DOM. */
 
-import type { BenchmarkRow, Comparison } from "../types";
+import type { BenchmarkRow, Comparison, QuestionSets } from "../types";
 
 export const AVERAGE = "average";
 
@@ -20,6 +20,16 @@ export interface Cell {
   best: boolean;
   /** Where a benchmark's value comes from ("step 4, 125 questions"); null for the average and empty cells. */
   source: string | null;
+  /** The questions behind a benchmark's value; null for the average and empty cells. */
+  questions: number | null;
+  /** The questions the delta is over, when fewer than the cell's own (the ones both it and the baseline scored). */
+  deltaQuestions: number | null;
+}
+
+export interface Column {
+  name: string;
+  /** same, different or unrecorded (see QuestionSets); the average's is its columns' worst. */
+  questions: QuestionSets;
 }
 
 export interface TableRow {
@@ -31,7 +41,7 @@ export interface TableRow {
 
 export interface BenchmarkTable {
   metric: string;
-  columns: string[];
+  columns: Column[];
   rows: TableRow[];
 }
 
@@ -39,22 +49,40 @@ export function benchmarkTable(comparison: Comparison): BenchmarkTable {
   const { benchmarks, deltas, baseline } = comparison;
   const names = new Map(comparison.runs.map((run) => [run.id, run.name]));
   const columns = [...benchmarks.columns, AVERAGE];
+  const marks = benchmarks.questions ?? {};
+  const kinds = Object.values(marks);
+  const averageMark: QuestionSets = kinds.includes("different")
+    ? "different"
+    : kinds.includes("unrecorded")
+      ? "unrecorded"
+      : "same";
   const rows = benchmarks.rows.map((row) => ({
     runId: row.run_id,
     name: names.get(row.run_id) ?? row.run_id,
     baseline: row.run_id === baseline,
     cells: columns.map((column) => {
       const value = column === AVERAGE ? row.average : (row.values[column] ?? null);
+      const questions = column === AVERAGE ? null : (row.n?.[column] ?? null);
+      const over = comparison.delta_questions?.[row.run_id]?.[column] ?? null;
       return {
         column,
         value,
         delta: deltas[row.run_id]?.[column] ?? null,
         best: value !== null && (benchmarks.best[column] ?? []).includes(row.run_id),
         source: cellSource(row, column),
+        questions,
+        deltaQuestions: over !== null && questions !== null && over < questions ? over : null,
       };
     }),
   }));
-  return { metric: benchmarks.metric, columns, rows };
+  return {
+    metric: benchmarks.metric,
+    columns: columns.map((name) => ({
+      name,
+      questions: name === AVERAGE ? averageMark : (marks[name] ?? "same"),
+    })),
+    rows,
+  };
 }
 
 function cellSource(row: BenchmarkRow, column: string): string | null {

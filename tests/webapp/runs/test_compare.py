@@ -5,10 +5,13 @@ differ, deltas against a baseline — and the team wall: another team's run in t
 from __future__ import annotations
 
 import pytest
+from django.core.cache import cache
+from rest_framework.renderers import JSONRenderer
 
 from tests.factories import CheckpointFactory, EvaluationFactory, RunFactory, StepMetricFactory
 from webapp.runs import selectors
-from webapp.runs.models import EvaluationAnswer, EvaluationRequest
+from webapp.runs.models import EvaluationAnswer, EvaluationRequest, Run, RunTag
+from webapp.runs.outputs import ComparisonOutputSerializer
 
 pytestmark = pytest.mark.django_db
 
@@ -153,13 +156,15 @@ def test_ping_needs_a_user(alice, api):
 # -- Table 1 of one run, and the same numbers in the comparison -------------------------------------------------------
 
 
-def answered(run, benchmark, em, f1, *, step=4, **fields):
-    """An evaluation that kept its per-question results: one row per (em, f1) pair; its stored numbers are stale."""
+def answered(run, benchmark, em, f1, *, step=4, questions=None, **fields):
+    """An evaluation that kept its per-question results: one row per (em, f1) pair, on `questions` (default q0, q1,
+    …); its stored numbers are stale."""
     evaluation = EvaluationFactory(run=run, benchmark=benchmark, step=step, value=0.99, n=len(em), **fields)
     EvaluationFactory(run=run, benchmark=benchmark, step=step, metric="f1", value=0.99, n=len(em), **fields)
+    ids = questions or [f"q{i}" for i in range(len(em))]
     EvaluationAnswer.objects.bulk_create(
-        EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=e, f1=f)
-        for i, (e, f) in enumerate(zip(em, f1, strict=True))
+        EvaluationAnswer(evaluation=evaluation, question_id=question, em=e, f1=f)
+        for question, e, f in zip(ids, em, f1, strict=True)
     )
     return evaluation
 
@@ -247,3 +252,90 @@ def test_a_run_without_a_value_in_every_column_has_no_average_to_rank(alice, ali
     assert rows[str(partial.pk)]["values"] == {"nq": 0.9} and rows[str(partial.pk)]["average"] is None
     assert rows[str(static.pk)]["average"] == pytest.approx(0.25)
     assert "average" not in body["best"] and body["best"]["nq"] == [str(partial.pk)]
+
+
+# -- what a comparison compares: each cell's questions, columns on different questions, deltas on shared ones ---------
+
+
+def test_a_column_scored_on_different_questions_is_marked_and_its_delta_is_over_the_questions_both_scored(
+    alice, alice_team, api
+):
+    base, other = (RunFactory(team=alice_team, creator=alice, name=name) for name in ("base", "other"))
+    # nq: base scored q0-q3 (mean 0.5), other q2-q5 (mean 0.75); on q2 and q3, both scored, base 0.5 and other 1.0.
+    answered(base, "nq", [1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0])
+    answered(other, "nq", [1.0, 1.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0], questions=["q2", "q3", "q4", "q5"])
+    # hotpotqa: the same two questions.
+    answered(base, "hotpotqa", [1.0, 0.0], [1.0, 0.0])
+    answered(other, "hotpotqa", [1.0, 1.0], [1.0, 1.0])
+    body = compare(api(alice), base, other, baseline=str(base.pk)).json()
+    table = body["benchmarks"]
+    assert table["questions"] == {"hotpotqa": "same", "nq": "different"}
+    rows = {row["run_id"]: row for row in table["rows"]}
+    assert rows[str(other.pk)]["n"] == {"nq": 4, "hotpotqa": 2}
+    assert rows[str(other.pk)]["values"]["nq"] == 0.75  # the cell keeps its own value, on its own questions
+    deltas, over = body["deltas"][str(other.pk)], body["delta_questions"][str(other.pk)]
+    assert deltas["nq"] == pytest.approx(0.5) and over["nq"] == 2  # not 0.75 - 0.5: q2 and q3 only
+    assert deltas["hotpotqa"] == pytest.approx(0.5) and over["hotpotqa"] == 2
+    assert deltas["average"] == pytest.approx(0.5)  # the mean of the columns' paired deltas
+
+
+def test_runs_without_a_question_in_common_or_with_unrecorded_questions_of_other_counts_get_no_delta(
+    alice, alice_team, api
+):
+    base, other = (RunFactory(team=alice_team, creator=alice) for _ in range(2))
+    answered(base, "nq", [1.0], [1.0])
+    answered(other, "nq", [0.0], [0.0], questions=["elsewhere"])
+    EvaluationFactory(run=base, benchmark="popqa", value=0.3, n=32)  # kept no per-question results
+    EvaluationFactory(run=other, benchmark="popqa", value=0.4, n=20)
+    EvaluationFactory(run=base, benchmark="triviaqa", value=0.3, n=20)
+    EvaluationFactory(run=other, benchmark="triviaqa", value=0.4, n=20)
+    body = compare(api(alice), base, other, baseline=str(base.pk)).json()
+    assert body["benchmarks"]["questions"] == {"nq": "different", "popqa": "different", "triviaqa": "unrecorded"}
+    assert body["deltas"][str(other.pk)] == {"triviaqa": pytest.approx(0.1)}  # and so no average either
+    assert body["delta_questions"][str(other.pk)] == {"triviaqa": None}
+
+
+def test_a_settled_comparison_is_cached_until_a_run_is_evaluated_again_renamed_or_tagged(alice, alice_team, api):
+    runs = [RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED) for _ in range(2)]
+    for run in runs:
+        EvaluationFactory(run=run, benchmark="nq", value=0.2)
+    client = api(alice)
+    key = selectors.comparison_cache_key(runs=runs, metric="em", baseline=runs[0])
+    assert key is not None and compare(client, *runs, baseline=str(runs[0].pk)).status_code == 200
+    assert cache.get(key) is not None
+    EvaluationFactory(run=runs[1], benchmark="nq", step=5, value=0.9)
+    assert selectors.comparison_cache_key(runs=runs, metric="em", baseline=runs[0]) != key
+    body = compare(client, *runs, baseline=str(runs[0].pk)).json()
+    assert body["benchmarks"]["rows"][1]["values"] == {"nq": 0.9}
+    runs[1].name = "renamed"
+    runs[1].save()
+    RunTag.objects.create(run=runs[0], name="kept")
+    body = compare(client, *runs).json()
+    assert [run["name"] for run in body["runs"]][1] == "renamed" and body["runs"][0]["tags"] == ["kept"]
+    runs[1].status = Run.Status.RUNNING
+    runs[1].save()
+    assert selectors.comparison_cache_key(runs=runs, metric="em", baseline=None) is None
+
+
+def test_an_unchanged_comparison_polled_with_its_etag_is_a_304_without_a_body(alice, alice_team, api):
+    settled = [RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED) for _ in range(2)]
+    live = RunFactory(team=alice_team, creator=alice, status=Run.Status.RUNNING)
+    client = api(alice)
+    for runs in (settled, [settled[0], live]):
+        first = compare(client, *runs)
+        etag = first["ETag"]
+        again = client.get("/api/v1/compare/", {"runs": [str(r.pk) for r in runs]}, HTTP_IF_NONE_MATCH=etag)
+        assert again.status_code == 304 and again.content == b"" and again["ETag"] == etag
+    StepMetricFactory(run=live, step=1)  # a live run's new step changes its answer and so its ETag
+    again = client.get("/api/v1/compare/", {"runs": [str(settled[0].pk), str(live.pk)]}, HTTP_IF_NONE_MATCH=etag)
+    assert again.status_code == 200 and again["ETag"] != etag
+
+
+def test_the_output_serializer_reproduces_the_comparison_the_view_sends(alice, alice_team, api, static, online):
+    base, other = static, online
+    answered(base, "popqa", [1.0, 0.0], [1.0, 0.5])
+    answered(other, "popqa", [1.0], [1.0])
+    comparison = selectors.run_compare(runs=[base, other], metric="f1", baseline=base)
+    render = JSONRenderer().render
+    assert render(ComparisonOutputSerializer(comparison).data) == render(comparison)
+    assert comparison["delta_questions"][str(other.pk)]["popqa"] == 1

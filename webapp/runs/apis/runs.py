@@ -110,19 +110,28 @@ def _submission_team(user: User, slug: str | None) -> Team:
 class RunReadApi(APIView):
     """GET a run of the caller's teams (another team's run is a 404, as is one that does not exist) and send what
     `read` makes of it through `output`. A subclass names both (and `query`, a serializer of its query parameters,
-    when it takes any) and documents them with `extend_schema`."""
+    when it takes any) and documents them with `extend_schema`. Every answer carries an ETag: a poll whose
+    If-None-Match still matches gets a body-less 304."""
 
     output: type[serializers.Serializer[Any]]
     many = False
     query: type[serializers.Serializer[Any]] | None = None
     cache_name: str | None = None
     """Set where what `read` makes of a run changes only while the run is active: a settled run's answer is then
-    rendered once and served from the cache (`selectors.run_cache_key`). Only for views without query parameters."""
+    rendered once and served from the cache (`selectors.run_cache_key`), and its ETag is known before anything is
+    read. Only for views without query parameters."""
+    columns = False
+    """Set where `read` returns columns of plain numbers that `output` documents but would only copy, one field call
+    per number (tests hold the two to the same answer): they are sent as `read` returns them."""
 
     def read(self, run: Run, **query: Any) -> Any:
         raise NotImplementedError
 
-    def get(self, request: Request, run_id: str) -> Response | HttpResponse:
+    def render(self, run: Run, **query: Any) -> Any:
+        data = self.read(run, **query)
+        return data if self.columns else self.output(data, many=self.many).data
+
+    def get(self, request: Request, run_id: str) -> HttpResponse:
         user = acting_user(request)
         params: dict[str, Any] = {}
         if self.query is not None:
@@ -130,12 +139,8 @@ class RunReadApi(APIView):
             filters.is_valid(raise_exception=True)
             params = dict(filters.validated_data)
         run = selectors.run_get(user=user, run_id=run_id)
-        if self.cache_name is not None:
-            return cached_json(
-                selectors.run_cache_key(run=run, name=self.cache_name),
-                lambda: self.output(self.read(run), many=self.many).data,
-            )
-        return Response(self.output(self.read(run, **params), many=self.many).data)
+        key = selectors.run_cache_key(run=run, name=self.cache_name) if self.cache_name is not None else None
+        return cached_json(request, key, lambda: self.render(run, **params))
 
 
 @extend_schema_view(
@@ -156,11 +161,14 @@ class RunDetailApi(RunReadApi):
     get=extend_schema(
         responses={200: MetricSeriesOutputSerializer, **error_responses(404)},
         operation_id="runs_metrics",
-        description="Column-wise metric series: one array per metric, one value per stored step.",
+        description="Column-wise metric series: one array per metric, one value per stored step. A finished, "
+        "failed or cancelled run's answer is cached until the run changes.",
     )
 )
 class RunMetricsApi(RunReadApi):
     output = MetricSeriesOutputSerializer
+    cache_name = "metrics"
+    columns = True
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.run_metric_series(run=run)
@@ -289,6 +297,7 @@ class RunPopulationApi(APIView):
         user = acting_user(request)
         run = selectors.run_get(user=user, run_id=run_id)
         return cached_json(
+            request,
             selectors.run_cache_key(run=run, name="population"),
             lambda: selectors.run_population_columns(run=run),
         )
