@@ -35,6 +35,8 @@ web-demo-user: web-migrate
 # The web server, the retrieval service (every run's searches, each corpus index opened once), a training worker (cpu
 # queue, one run at a time) and a housekeeping worker with the scheduler, together in the foreground; once the web server answers and both workers have started their pools, the address and
 # the demo login are printed in a box.
+# gunicorn's control socket is the instance's own, $(STATE_DIR)/gunicorn.ctl (its default, ~/.gunicorn/gunicorn.ctl, is
+# shared by every instance of the machine's user).
 # Ctrl-C or a SIGTERM to make stops all four, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
 # each of them already (the terminal signals the whole process group), so it is not repeated. If one of them exits
 # on its own, the others are stopped too.
@@ -48,7 +50,7 @@ web-serve: web-migrate web-static
 	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & cpu=$$!; \
 	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & ops=$$!; \
 	$(VENV)/bin/gunicorn webapp.config.wsgi --bind $(WEB_HOST):$(WEB_PORT) --workers 2 --timeout 300 \
-		--access-logfile - & web=$$!; \
+		--control-socket "$(abspath $(STATE_DIR))/gunicorn.ctl" --access-logfile - & web=$$!; \
 	for _ in $$(seq 240); do \
 		[ -z "$$stop" ] && kill -0 $$web 2>/dev/null || break; \
 		(exec 3<>/dev/tcp/$(WEB_HOST)/$(WEB_PORT)) 2>/dev/null && pgrep -P $$cpu >/dev/null && pgrep -P $$ops >/dev/null \

@@ -10,11 +10,14 @@ takes the built-in model's name (`SMOLLM2`) from here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -92,7 +95,8 @@ def _cached_smollm2(cache_dir: Path) -> Path:
     staging = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2}.", suffix=".tmp", dir=cache_dir))
     try:
         logger.info("dequantising %s into %s (once)", gguf, target)
-        _dequantise_gguf(gguf, staging)
+        with _no_progress_bar():
+            _dequantise_gguf(gguf, staging)
         staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model directory
         _publish(staging, target)
     finally:
@@ -127,6 +131,18 @@ def _dequantise_gguf(gguf: Path, out_dir: Path) -> None:
     fresh.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     del loaded, fresh
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """No progress bars while the GGUF file is dequantised and saved: transformers draws them with tqdm on stderr
+    (over the GGUF tensors, then the shards it writes), which a Celery worker logs at WARNING, a line per refresh.
+    What else reaches stderr meanwhile is logged at DEBUG."""
+    caught = io.StringIO()
+    with contextlib.redirect_stderr(caught):
+        yield
+    if caught.getvalue().strip():
+        logger.debug("while dequantising: %s", caught.getvalue().strip())
 
 
 def _publish(staging: Path, target: Path) -> None:

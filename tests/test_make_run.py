@@ -1,7 +1,8 @@
 """`make web-serve` (the foreground part of `make run`) for real: gunicorn and both Celery workers on the embedded
 SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a
 SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short
-and holds no WARNING or ERROR line; the address and the demo login come last, in a box. `make install` keeps pip's
+and holds no WARNING or ERROR line, ending in "INSPO stopped (INT)" after a Ctrl-C; the address and the demo login
+come last, in a box; gunicorn's control socket is the instance's own, in its state folder. `make install` keeps pip's
 output unless a step fails."""
 
 from __future__ import annotations
@@ -135,8 +136,10 @@ def assert_short_log(served: Served, *, warm_shutdowns: int = 2) -> None:
     assert not [line for line in lines if noise.search(line)], text[-3000:]  # a clean start and stop: no noise
 
 
-def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served) -> None:
+def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served, embedded_env: dict[str, str]) -> None:
     tree = served.wait_up()
+    control = Path(embedded_env["INSPO_STATE_DIR"]) / "gunicorn.ctl"  # the instance's own, not ~/.gunicorn's
+    assert control.is_socket() and f"Control socket listening at {control}\n" in served.text(), served.text()[-3000:]
     served.make.send_signal(signal.SIGTERM)
     assert_all_gone(tree, served)
     assert_short_log(served)
@@ -147,6 +150,7 @@ def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
     os.killpg(served.make.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
     assert_all_gone(tree, served)
     assert_short_log(served, warm_shutdowns=4)  # Celery may log a Ctrl-C's warm shutdown twice per worker
+    assert served.text().rstrip().splitlines()[-1] == "INSPO stopped (INT)", served.text()[-3000:]  # after the rest
 
 
 def test_the_address_and_the_demo_login_come_last_in_a_box(served: Served, embedded_env: dict[str, str]) -> None:

@@ -43,6 +43,28 @@ def test_a_failed_build_leaves_no_partial_cache(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_dequantising_draws_no_progress_bar_which_a_celery_worker_would_log_as_warnings(tmp_path, monkeypatch, capsys):
+    """transformers draws tqdm bars on stderr over the GGUF tensors and the shards it writes, and a Celery worker logs
+    stderr at WARNING: a first run on a fresh `make run` logged each refresh as a WARNING line. The bars are drawn
+    here as transformers draws them (the real dequantise takes minutes on the shared machine: 176 s under load 6)."""
+    from tqdm.auto import tqdm
+    from transformers.utils import logging as hf_logging
+
+    def dequantise_with_bars(gguf: Path, out_dir: Path) -> None:
+        for _ in tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."):
+            pass
+        for _ in hf_logging.tqdm(range(1), desc="Writing model shards"):
+            (out_dir / "config.json").write_text("{}")
+            (out_dir / "model.safetensors").write_bytes(b"")
+
+    monkeypatch.setattr(model_module, "_dequantise_gguf", dequantise_with_bars)
+    assert resolve_model(SMOLLM2, tmp_path) == tmp_path / SMOLLM2
+    assert capsys.readouterr().err == ""
+    for _ in tqdm(range(1), desc="after"):  # only that call is quiet
+        pass
+    assert "after" in capsys.readouterr().err
+
+
 def test_a_local_directory_with_a_config_resolves_to_itself(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     assert resolve_model(str(tmp_path), tmp_path / "cache") == tmp_path
