@@ -63,12 +63,23 @@ def data_names(team: Team) -> list[str]:
     return [f"{PREFIX}{n}" for n in own] + [f"{PREFIX}{SHARED if n in own else ''}{n}" for n in shared]
 
 
-def data_choices(teams: Any, kind: str) -> list[str]:
-    """The references a form offers for `kind`: the given teams' datasets, then the shared ones."""
+def data_offered(teams: Any, kind: str, *, split: str | None = None) -> dict[str, Dataset]:
+    """The datasets a form offers for `kind`, by the reference it names each with: the given teams' datasets, then
+    the shared ones; with `split`, only those that have a file of that split (a run trains on `train`)."""
     datasets = Dataset.objects.filter(Q(team__in=teams) | Q(team__isnull=True), kind=kind).order_by(OWN_FIRST, "name")
-    names = [(d.name, d.shared) for d in datasets if d.versions.exists()]
-    own = {name for name, shared in names if not shared}
-    return list(dict.fromkeys(f"{PREFIX}{SHARED if shared and name in own else ''}{name}" for name, shared in names))
+    versions = DatasetVersion.objects.filter(dataset__in=datasets)
+    having = set((versions.filter(split=split) if split else versions).values_list("dataset_id", flat=True))
+    found = [d for d in datasets if d.pk in having]
+    own = {d.name for d in found if not d.shared}
+    offered: dict[str, Dataset] = {}
+    for d in found:
+        offered.setdefault(f"{PREFIX}{SHARED if d.shared and d.name in own else ''}{d.name}", d)
+    return offered
+
+
+def data_choices(teams: Any, kind: str, *, split: str | None = None) -> list[str]:
+    """The references a form offers for `kind` (`data_offered`)."""
+    return list(data_offered(teams, kind, split=split))
 
 
 def data_snapshot(value: str, *, team: Team, field: str, kind: str, split: str | None = None) -> Snapshot:

@@ -15,7 +15,7 @@ from webapp.accounts.permissions import AnyUser
 from webapp.accounts.selectors import team_list
 
 from .models import Dataset, DatasetUse, DatasetVersion, IndexJob
-from .references import OWN_FIRST
+from .references import OWN_FIRST, data_offered
 
 PREVIEW_ROWS = 20
 
@@ -109,3 +109,46 @@ def index_job_get(*, user: AnyUser, job_id: int) -> IndexJob:
     if job is None:
         raise Http404("no such index job")
     return job
+
+
+BUILTIN_INDEX = "The built-in corpus (a few hundred passages) is indexed as the run starts, in seconds."
+REMOTE_INDEX = "remote reads no corpus here: your Search-R1 server (env.retriever_url in Overrides) searches its own."
+
+
+def corpus_index_texts(*, teams: Any) -> dict[str, dict[str, str]]:
+    """Per corpus a run form offers (`data_offered`; 'builtin' too), per retriever: what a run that searches it
+    that way finds, from the index jobs of its newest version as a run reads them (`indexing.run_index_wait`): built
+    (it searches at once), being built or queued (it waits), none yet (it starts a job and waits), or the last job
+    failed or was cancelled (it builds the index itself)."""
+    texts = {"builtin": {"bm25": BUILTIN_INDEX, "dense": BUILTIN_INDEX, "remote": REMOTE_INDEX}}
+    offered = data_offered(teams, "corpus")
+    newest: dict[int, tuple[str, DatasetVersion]] = {}
+    for reference, dataset in offered.items():
+        version = dataset.versions.order_by("-number").first()
+        if version is not None:
+            newest[version.pk] = (reference, version)
+    latest: dict[tuple[int, str], IndexJob] = {}
+    for job in IndexJob.objects.filter(version_id__in=newest).order_by("created_at", "pk"):
+        latest[(job.version_id, job.method)] = job
+    for version_id, (reference, version) in newest.items():
+        texts[reference] = {"remote": REMOTE_INDEX}
+        for method in ("bm25", "dense"):
+            texts[reference][method] = _index_text(reference, version, method, latest.get((version_id, method)))
+    return texts
+
+
+def _index_text(reference: str, version: DatasetVersion, method: str, job: IndexJob | None) -> str:
+    name = f"{reference}@{version.number}"
+    if job is None:
+        return (
+            f"{name} has no {method} index yet: the run starts its index job and waits for it (or build it now on its "
+            "Data page)."
+        )
+    if job.status == IndexJob.Status.DONE:
+        return f"{name} has a {method} index (job {job.pk}): the run searches it at once."
+    if job.status == IndexJob.Status.RUNNING:
+        done = f"{job.passages_done} / {job.passages_total} passages" if job.passages_total else "started"
+        return f"{name}'s {method} index is being built (job {job.pk}, {done}): the run waits for it."
+    if job.status == IndexJob.Status.QUEUED:
+        return f"{name}'s {method} index job {job.pk} is queued: the run waits for it."
+    return f"{name}'s last {method} index job ({job.pk}) {job.status}: the run builds the index itself as it starts."

@@ -14,7 +14,7 @@ from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.data.references import data_choices
 from webapp.runs.configs import PRESET_NAMES
-from webapp.runs.forms import NameField, OverridesField
+from webapp.runs.forms import RETRIEVER_HELP, NameField, OverridesField, literal_choices
 
 from .models import MAX_EXPERIMENT_RUNS
 
@@ -51,6 +51,14 @@ class ExperimentForm(forms.Form):
         label="Training questions",
         help_text="Every arm trains on them: the preset's (empty), builtin, your team's data or shared data.",
     )
+    corpus = forms.ChoiceField(
+        required=False,
+        label="Corpus",
+        help_text="The passages every arm's search tool retrieves: the preset's (empty).",
+    )
+    retriever = forms.ChoiceField(
+        required=False, choices=literal_choices("env.retriever"), label="Retriever", help_text=RETRIEVER_HELP
+    )
     data_benchmarks = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -83,7 +91,10 @@ class ExperimentForm(forms.Form):
         if teams.count() == 1:
             field.widget = forms.HiddenInput()
         questions = data_choices(teams, "questions")
-        self.fields["dataset"].choices = [("", "(preset)"), ("builtin", "builtin"), *((q, q) for q in questions)]  # type: ignore[attr-defined]
+        trainable = data_choices(teams, "questions", split="train")  # every arm trains on the train split
+        self.fields["dataset"].choices = [("", "(preset)"), ("builtin", "builtin"), *((q, q) for q in trainable)]  # type: ignore[attr-defined]
+        corpora = ("builtin", *data_choices(teams, "corpus"))
+        self.fields["corpus"].choices = [("", "(preset)"), *((c, c) for c in corpora)]  # type: ignore[attr-defined]
         self.fields["data_benchmarks"].choices = [(q, q) for q in questions]  # type: ignore[attr-defined]
 
     def clean_benchmarks(self) -> list[str]:
@@ -105,8 +116,9 @@ class ExperimentForm(forms.Form):
         data = self.cleaned_data
         arms = [name for name, _ in ARM_CHOICES if name in data["arms"]]
         overrides = dict(data["overrides"] or {})
-        if data.get("dataset"):
-            overrides["env.dataset"] = data["dataset"]
+        for name, path in (("dataset", "env.dataset"), ("corpus", "env.corpus"), ("retriever", "env.retriever")):
+            if data.get(name):
+                overrides[path] = data[name]
         return {
             "preset": data["preset"],
             "overrides": overrides,

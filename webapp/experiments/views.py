@@ -21,6 +21,7 @@ from webapp.accounts.models import Role
 from webapp.accounts.permissions import acting_user, role_of
 from webapp.accounts.selectors import team_list
 from webapp.core.errors import InvalidInput, ServiceError
+from webapp.runs.forms import retriever_states, retriever_status
 from webapp.runs.selectors import MAX_COMPARED_RUNS
 
 from . import selectors, services
@@ -67,8 +68,13 @@ def experiment_new(request: HttpRequest) -> HttpResponse:
         overrides=spec.get("overrides"),
         evaluation=spec.get("evaluation"),
     )
+    states = retriever_states(teams)
     context = {
         "form": form,
+        "index_states": json.dumps(states),
+        "index_status": retriever_status(
+            states, preset=form["preset"].value(), corpus=form["corpus"].value(), retriever=form["retriever"].value()
+        ),
         "estimate": estimate,
         "team_slugs": json.dumps({str(team.pk): team.slug for team in teams}),
         "can_submit": True,

@@ -14,6 +14,7 @@ from webapp.accounts.models import Team
 from webapp.core.errors import InvalidInput
 from webapp.core.text import has_nul
 from webapp.data.references import data_choices
+from webapp.data.selectors import corpus_index_texts
 
 from .configs import PRESET_NAMES, config_compose
 from .heatmaps import DEFAULT_SAMPLE_SIZE, DEFAULT_TOP_K, MAX_CHECKPOINTS, MAX_SAMPLE_SIZE, spread
@@ -40,6 +41,7 @@ CONFIG_FIELDS = {
     "tracking": "tracking.backends",
     "dataset": "env.dataset",
     "corpus": "env.corpus",
+    "retriever": "env.retriever",
     "benchmarks": "eval.benchmarks",
     "use_lora": "grpo.use_lora",
     "lora_rank": "grpo.lora_rank",
@@ -110,6 +112,34 @@ def literal_choices(path: str) -> list[tuple[str, str]]:
     for section in sections:
         owner = get_type_hints(owner)[section]
     return _choices(*get_args(get_type_hints(owner)[leaf]))
+
+
+RETRIEVER_HELP = (
+    "How the search tool finds passages in the corpus: bm25 (their words) or dense (embeddings); remote: your own "
+    "Search-R1 server (env.retriever_url in Overrides)."
+)
+
+
+def retriever_states(teams: Any) -> dict[str, Any]:
+    """What the forms' index line reads from: each preset's corpus and retriever, and per corpus offered and
+    retriever, whether it has an index (`data.selectors.corpus_index_texts`). The forms' script
+    (frontend/src/pages/indexStatus.ts) picks the line as the choices change."""
+    presets = {name: (c.env.corpus, c.env.retriever) for name in PRESET_NAMES for c in [config_compose(preset=name)]}
+    return {"presets": presets, "texts": corpus_index_texts(teams=teams)}
+
+
+def retriever_status(states: dict[str, Any], *, preset: Any, corpus: Any, retriever: Any) -> str:
+    """The index line for these choices: an empty corpus or retriever is the preset's.
+
+    >>> states = {"presets": {"quick": ("builtin", "dense")}, "texts": {"data:wiki": {"bm25": "built"}}}
+    >>> retriever_status(states, preset="quick", corpus="data:wiki", retriever="bm25")
+    'built'
+    >>> retriever_status(states, preset="quick", corpus="data:wiki", retriever="")  # the preset's dense: unknown
+    ''
+    """
+    preset_corpus, preset_retriever = states["presets"].get(preset, ("builtin", "dense"))
+    texts = states["texts"].get(corpus or preset_corpus) or {}
+    return str(texts.get(retriever or preset_retriever, ""))
 
 
 class OverridesField(forms.CharField):
@@ -217,6 +247,9 @@ class RunForm(ConfigFormMixin):
         required=False, label="Training questions", help_text="builtin, your team's data or shared data (Data page)."
     )
     corpus = forms.ChoiceField(required=False, label="Corpus", help_text="The passages the search tool retrieves.")
+    retriever = forms.ChoiceField(
+        required=False, choices=literal_choices("env.retriever"), label="Retriever", help_text=RETRIEVER_HELP
+    )
     benchmarks = forms.MultipleChoiceField(
         required=False,
         widget=forms.CheckboxSelectMultiple,
@@ -284,7 +317,8 @@ class RunForm(ConfigFormMixin):
         team_field.queryset = teams
         self.fields["tracking"].help_text += " " + team_tracking_text(teams)
         questions, corpora = data_choices(teams, "questions"), data_choices(teams, "corpus")
-        self.fields["dataset"].choices = _choices("builtin", *questions)  # type: ignore[attr-defined]
+        trainable = data_choices(teams, "questions", split="train")  # a run trains on the train split
+        self.fields["dataset"].choices = _choices("builtin", *trainable)  # type: ignore[attr-defined]
         self.fields["corpus"].choices = _choices("builtin", *corpora)  # type: ignore[attr-defined]
         self.fields["benchmarks"].choices = [(v, v) for v in ("builtin", *questions)]  # type: ignore[attr-defined]
 

@@ -39,6 +39,8 @@ from .forms import (
     default_run_name,
     preset_field_texts,
 )
+    retriever_states,
+    retriever_status,
 from .models import Checkpoint, Run
 
 
@@ -154,7 +156,17 @@ def run_new(request: HttpRequest) -> HttpResponse:
     chosen = form["preset"].value()
     chosen = chosen if chosen in presets else PRESET_NAMES[0]
     form.show_preset(presets[chosen])
-    context = {"form": form, "preset_texts": json.dumps(presets), "reach_states": reach_states(teams)}
+    states = retriever_states(teams)
+    index_status = retriever_status(
+        states, preset=chosen, corpus=form["corpus"].value(), retriever=form["retriever"].value()
+    )
+    context = {
+        "form": form,
+        "preset_texts": json.dumps(presets),
+        "index_states": json.dumps(states),
+        "index_status": index_status,
+        "reach_states": reach_states(teams),
+    }
     return render(request, "runs/new.html", context, status=status)
 
 

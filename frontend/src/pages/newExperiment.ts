@@ -5,6 +5,7 @@
 import { Api, describeError } from "../api";
 import { estimateQuery } from "../transforms/experiment";
 import type { ExperimentEstimate } from "../types";
+import { followIndexStatus } from "./indexStatus";
 
 const DEBOUNCE_MS = 250;
 
@@ -50,4 +51,5 @@ export function newExperimentPage(root: HTMLElement, api: Api): void {
   };
   form.addEventListener("input", later);
   form.addEventListener("change", later);
+  followIndexStatus(root);
 }

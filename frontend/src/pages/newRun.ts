@@ -6,6 +6,7 @@
 import type { Api } from "../api";
 import { parsePresets, presetView, renamedDefault } from "../transforms/presets";
 import { followReach } from "./reachWarning";
+import { followIndexStatus } from "./indexStatus";
 
 export function newRunPage(root: HTMLElement, api: Api): void {
   const presets = parsePresets(root.dataset.presets);
@@ -30,4 +31,5 @@ export function newRunPage(root: HTMLElement, api: Api): void {
   select.addEventListener("change", show);
   show();
   followReach(root, api);
+  followIndexStatus(root);
 }

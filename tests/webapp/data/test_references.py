@@ -146,7 +146,8 @@ def test_a_clone_keeps_the_version_its_source_pinned(alices_data):
 def test_the_experiment_form_offers_the_teams_data_and_its_runs_use_it(alices_data, alice, alice_team, client):
     client.force_login(alice)
     page = client.get("/experiments/new/").content.decode()
-    assert 'value="data:mine"' in page and 'value="data:bench"' in page and 'value="data:wiki"' not in page
+    assert 'value="data:mine"' in page and 'value="data:bench"' in page
+    assert page.count('value="data:wiki"') == 1  # the corpus choice only (#54 item 2)
     form = {
         "team": alice_team.pk, "name": "own", "preset": "smoke", "arms": ["static", "inspo"], "seeds": 1,
         "baseline": "static", "dataset": "data:mine", "data_benchmarks": ["data:bench"], "benchmarks": "builtin",
