@@ -21,6 +21,7 @@ from django.db import InterfaceError, OperationalError
 
 from webapp.config.celery import app
 from webapp.data.indexing import INDEX_TASK
+from webapp.data.leakage import LEAKAGE_TASK, leakage_execute
 from webapp.data.reach import REACH_TASK
 from webapp.runs import lifecycle
 from webapp.runs.tasks import EVALUATION_TASK, HEATMAP_TASK, TRAINING_TASK
@@ -75,6 +76,12 @@ def build_index(job_id: int) -> str:
 @app.task(name=REACH_TASK, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3)
 def check_reach(check_id: int) -> str:
     return reach_execute(check_id=check_id)
+
+
+@app.task(name=LEAKAGE_TASK, acks_late=True, autoretry_for=TRANSIENT, retry_backoff=5, max_retries=3)
+def check_leakage(train_spec: str, evaluation_spec: str) -> str:
+    """Compare a large pair of question files (`webapp.data.leakage`); the specs name dataset versions by id."""
+    return leakage_execute(train_spec=train_spec, evaluation_spec=evaluation_spec)
 
 
 @app.task(name="workers.tasks.sweep")

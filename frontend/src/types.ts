@@ -600,4 +600,15 @@ export interface ExperimentDetail {
   counts: Record<string, number>;
   results: ExperimentResults;
   timing: ExperimentTiming;
+  leakage: ExperimentLeakage[];
+  exclude_overlap: boolean;
+}
+
+/** `ExperimentLeakageOutputSerializer`: one benchmark's evaluated questions also in a run's training split. */
+export interface ExperimentLeakage {
+  benchmark: string;
+  questions: number;
+  leaked: number;
+  excluded: boolean;
+  text: string;
 }

@@ -236,3 +236,62 @@ def test_the_data_page_and_the_run_form_show_how_many_answers_the_corpus_can_rea
     assert line.get_attribute("data-level") == "warning" and "You can still submit" in line.inner_text()
     assert page.get_by_role("button", name="Submit").is_enabled()
     pages.assert_no_errors("the Data page's check and the run form's warning")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_data_page_and_the_run_page_show_what_the_test_split_shares_with_training(
+    browser, live_server, alice, alice_team, settings, tmp_path
+):
+    """A hand-made train split that repeats two test questions and nearly repeats a third (tests/webapp/data/
+    test_leakage.py): the dataset's page lists 3 of 5 with its examples; the run trained on it marks the benchmark in
+    Table 1, and its box leaves the three out (EM 0.6 over 5 → 0.0 over 2)."""
+    from tests.factories import RunFactory
+    from tests.webapp.data.test_leakage import TEST, TRAIN, records
+    from webapp.data.services import dataset_upload
+    from webapp.runs.models import Evaluation, EvaluationAnswer
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "data": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
+    for split, rows in (("train", TRAIN), ("test", TEST)):
+        file = tmp_path / f"{split}.jsonl"
+        file.write_bytes(records(rows))
+        with file.open("rb") as handle:
+            uploaded = dataset_upload(
+                team=alice_team, user=alice, name="mine", kind="questions", split=split, upload=handle,
+                filename=file.name,
+            )  # fmt: skip
+    run = RunFactory(team=alice_team, creator=alice, name="leaky run", status=Run.Status.FINISHED)
+    config = run.config
+    config["env"]["dataset"] = "data:mine@2"
+    config["eval"] |= {"benchmarks": ["data:mine@2"], "split": "test"}
+    Run.objects.filter(pk=run.pk).update(config=config)
+    evaluation = Evaluation.objects.create(run=run, step=4, benchmark="data:mine@2", metric="em", value=0.6, n=5)
+    EvaluationAnswer.objects.bulk_create(
+        EvaluationAnswer(evaluation=evaluation, question_id=q, em=float(q in {"x0", "x1", "x2"}), f1=0.0)
+        for q, _ in TEST
+    )
+
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/data/{uploaded.version.dataset_id}/")
+    report = page.get_by_test_id("dataset-leakage").get_by_test_id("leakage-report")
+    assert report.get_attribute("data-leaked") == "3"
+    assert "3 of 5 questions also in training (data:mine v1 train): 2 exact, 1 near" in report.inner_text()
+    examples = report.get_by_test_id("leakage-example").all_inner_texts()
+    assert examples[0] == "exact: “what is the CAPITAL of kenya” (x0) ↔ “What is the capital of Kenya?” (t1)"
+    assert examples[2].startswith("near (0.87): “Which river flows through the old royal capital city of Peru today?”")
+
+    pages.goto(f"/runs/{run.pk}/")
+    table = page.get_by_test_id("run-table")
+    assert table.get_by_test_id("leak-mark").inner_text() == "⚠ 3 of 5 also in training"
+    assert table.locator('[data-testid="table-row-em"] td[data-column="data:mine@2"]').inner_text() == "0.600"
+    assert "3 of 5 questions also in training" in page.get_by_test_id("run-leakage").inner_text()
+    page.get_by_test_id("exclude-overlap").check()
+    page.get_by_role("button", name="Show").click()
+    page.wait_for_url("**exclude_overlap=1*")
+    table = page.get_by_test_id("run-table")
+    assert table.locator('[data-testid="table-row-em"] td[data-column="data:mine@2"]').inner_text() == "0.000"
+    assert table.get_by_test_id("table-excluded").inner_text() == "(3 also in training left out)"
+    pages.assert_no_errors("the Data page and the run page with their leakage reports")

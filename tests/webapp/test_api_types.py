@@ -68,6 +68,7 @@ COMPONENT = {
     "MissingRun": "MissingRunOutput",
     "ExperimentResults": "ExperimentResultsOutput",
     "ExperimentDetail": "ExperimentDetailOutput",
+    "ExperimentLeakage": "ExperimentLeakageOutput",
 }
 """Each TypeScript interface and the schema component it stands for."""
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import apis, reach_apis, staging_apis, staging_views, views
+from . import apis, leakage_apis, reach_apis, staging_apis, staging_views, views
 
 api_urlpatterns = [
     path("datasets/", apis.DatasetListCreateApi.as_view(), name="datasets"),
@@ -11,6 +11,8 @@ api_urlpatterns = [
     path("datasets/staged/<uuid:staged_id>/", staging_apis.StagedUploadApi.as_view(), name="dataset-staged"),
     path("datasets/staged/<uuid:staged_id>/confirm/", staging_apis.StagedConfirmApi.as_view(), name="staged-confirm"),
     path("datasets/<int:dataset_id>/index/", apis.DatasetIndexApi.as_view(), name="dataset-index"),
+    path("datasets/<int:dataset_id>/leakage/", leakage_apis.DatasetLeakageApi.as_view(), name="dataset-leakage"),
+    path("runs/<uuid:run_id>/leakage/", leakage_apis.RunLeakageApi.as_view(), name="run-leakage"),
     path("index-jobs/<int:job_id>/", apis.IndexJobApi.as_view(), name="index-job"),
     path("retrieval/", apis.RetrievalStatusApi.as_view(), name="retrieval"),
     path("index-jobs/<int:job_id>/cancel/", apis.IndexJobCancelApi.as_view(), name="index-job-cancel"),

@@ -17,6 +17,7 @@ from webapp.core.errors import InvalidInput, ServiceError
 from . import selectors, services
 from .forms import UploadForm
 from .indexing import METHODS, index_job_estimate_s
+from .leakage import dataset_leakage
 from .models import Dataset
 from .reach_views import reach_act, reach_context
 from .uploads import upload_too_large
@@ -86,6 +87,7 @@ def data_detail(request: HttpRequest, dataset_id: int) -> HttpResponse:
         "can_index": dataset.kind == "corpus"
         and (dataset.shared or (role is not None and role.rank >= Role.MEMBER.rank)),
         "can_submit": team_list(user=user, min_role=Role.MEMBER).exists(),
+        "leakage": dataset_leakage(dataset=dataset, others=selectors.dataset_list(user=user, kind="questions")),
         **reach_context(user=user, dataset=dataset, splits=[s.split for s in splits]),
     }
     return render(request, "data/detail.html", context)

@@ -151,15 +151,29 @@ class ExperimentEstimateApi(APIView):
 
 
 class ExperimentDetailApi(APIView):
+    class DetailQuery(serializers.Serializer[Any]):
+        exclude_overlap = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="true: the table and verdicts without each benchmark's questions also in a run's training "
+            "split (`leakage` says how many were left out).",
+        )
+
     @extend_schema(
-        responses={200: ExperimentDetailOutputSerializer, **error_responses(404)},
+        parameters=[DetailQuery],
+        responses={200: ExperimentDetailOutputSerializer, **error_responses(400, 404)},
         operation_id="experiments_retrieve",
         description="The experiment, its runs, and the table and verdicts over the seeds that finished (`missing` "
-        "lists the runs without results).",
+        "lists the runs without results); `leakage`: per benchmark, its evaluated questions also in training.",
     )
     def get(self, request: Request, experiment_id: int) -> Response:
+        query = self.DetailQuery(data=query_once(request.query_params))
+        query.is_valid(raise_exception=True)
         experiment = selectors.experiment_get(user=acting_user(request), experiment_id=experiment_id)
-        return Response(ExperimentDetailOutputSerializer(selectors.experiment_summary(experiment=experiment)).data)
+        summary = selectors.experiment_summary(
+            experiment=experiment, exclude_overlap=query.validated_data["exclude_overlap"]
+        )
+        return Response(ExperimentDetailOutputSerializer(summary).data)
 
 
 class ExperimentCancelApi(APIView):

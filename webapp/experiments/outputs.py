@@ -235,6 +235,16 @@ class ExperimentTimingOutputSerializer(serializers.Serializer[Any]):
     text = serializers.CharField()
 
 
+class ExperimentLeakageOutputSerializer(serializers.Serializer[Any]):
+    """`leakage.leakage_rows`: one benchmark of an experiment."""
+
+    benchmark = serializers.CharField()
+    questions = serializers.IntegerField(help_text="The questions its finished runs were evaluated on.")
+    leaked = serializers.IntegerField(help_text="Of those, the ones also in a run's training split.")
+    excluded = serializers.BooleanField(help_text="Whether the table and verdicts leave them out.")
+    text = serializers.CharField(help_text="What the verdicts are computed on, in words.")
+
+
 class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
     experiment = ExperimentOutputSerializer()
     state = serializers.ChoiceField(
@@ -243,4 +253,8 @@ class ExperimentDetailOutputSerializer(serializers.Serializer[Any]):
     runs = ExperimentRunOutputSerializer(many=True)
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Runs per status.")
     results = ExperimentResultsOutputSerializer()
+    leakage = ExperimentLeakageOutputSerializer(
+        many=True, help_text="Per benchmark: its evaluated questions also in a run's training split."
+    )
+    exclude_overlap = serializers.BooleanField(help_text="Whether the table and verdicts leave those questions out.")
     timing = ExperimentTimingOutputSerializer()

@@ -16,6 +16,7 @@ from webapp.accounts.permissions import AnyUser
 from webapp.runs.models import Checkpoint, EvaluationAnswer, Run, RunNote, StepMetric
 
 from .estimates import MEASURED_RUNS, MINUTES_PER_RUN, Estimate, experiment_estimate, experiment_timing
+from .leakage import leakage_rows, leave_out, overlapping_questions
 from .models import Experiment
 
 ENDED = (Run.Status.FINISHED, Run.Status.FAILED, Run.Status.CANCELLED)
@@ -149,15 +150,21 @@ def engine_experiment(experiment: Experiment) -> EngineExperiment:
     )
 
 
-def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
+def experiment_summary(*, experiment: Experiment, exclude_overlap: bool = False) -> dict[str, Any]:
     """Everything the experiment's page and its API answer show: its state and its runs, and the engine's table and
     verdicts over the seeds that finished (it lists the missing ones): with several benchmarks, a verdict per
     benchmark and one over their unweighted average; reward curves include running seeds; the runs that started,
-    grouped by the machine they computed on."""
+    grouped by the machine they computed on. `leakage`: per benchmark, how many of its evaluated questions were also
+    in a run's training split; with `exclude_overlap`, the table and verdicts are computed without them."""
     runs = experiment_runs(experiment=experiment)
     finished = [run for run in runs if run.status == Run.Status.FINISHED]
     spec = engine_experiment(experiment)
-    em, f1 = _answers(finished, list(spec.evaluation.benchmarks))
+    benchmarks = list(spec.evaluation.benchmarks)
+    em, f1 = _answers(finished, benchmarks)
+    overlapping = overlapping_questions(runs, {run.pk: benchmark_names(run, benchmarks) for run in runs})
+    leakage = leakage_rows(benchmarks, em, overlapping, excluded=exclude_overlap)
+    if exclude_overlap:
+        em, f1 = leave_out(em, overlapping), leave_out(f1, overlapping)
     results = experiment_results(spec, em, _rewards(runs), f1_by_arm=f1, machines=_machines(runs))
     return {
         "experiment": experiment,
@@ -165,6 +172,8 @@ def experiment_summary(*, experiment: Experiment) -> dict[str, Any]:
         "runs": runs,
         "counts": run_counts(runs),
         "results": results,
+        "leakage": leakage,
+        "exclude_overlap": exclude_overlap,
         "timing": experiment_timing(experiment, runs, ended=all(run.status in ENDED for run in runs)),
     }
 

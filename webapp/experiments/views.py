@@ -94,13 +94,15 @@ def _compare_url(runs: list[Any]) -> str | None:
 def experiment_detail(request: HttpRequest, experiment_id: int) -> HttpResponse:
     user = acting_user(request)
     experiment = selectors.experiment_get(user=user, experiment_id=experiment_id)
-    summary = selectors.experiment_summary(experiment=experiment)
+    exclude = request.GET.get("exclude_overlap") == "1"
+    summary = selectors.experiment_summary(experiment=experiment, exclude_overlap=exclude)
     role = role_of(user, experiment.team)
     context = {
         **summary,
         "detail": ExperimentDetailOutputSerializer(summary).data,
         "can_act": role is not None and role.rank >= Role.MEMBER.rank,
         "several_benchmarks": len(summary["results"]["benchmarks"]) > 1,
+        "any_leak": any(row["leaked"] for row in summary["leakage"]),
         "run_rows": list(zip(summary["runs"], summary["timing"]["runs"], strict=True)),
         "compare_url": _compare_url(summary["runs"]),
         "compared_runs": min(len(summary["runs"]), MAX_COMPARED_RUNS),

@@ -414,6 +414,12 @@ class TableCellOutputSerializer(serializers.Serializer[Any]):
     n = serializers.IntegerField(help_text="Its questions.")
     per_question = serializers.BooleanField(help_text="Computed from its per-question results (else as stored).")
     source = serializers.ChoiceField(choices=["training", "requested"])  # type: ignore[assignment]  # as Edge's
+    excluded = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        help_text="With exclude_overlap: its questions also in training that were left out (null: it kept no "
+        "per-question results, so none could be).",
+    )
 
 
 class TableAverageOutputSerializer(serializers.Serializer[Any]):

@@ -655,13 +655,16 @@ def newest_evaluations(
     runs: list[Run],
     *,
     step: int | None = None,
+    exclude: Mapping[str, frozenset[str]] | None = None,
     ids: bool = False,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """run id → benchmark → the run's newest evaluation of it (by step, then as stored; at `step` when given):
     `em` and `f1` from its per-question rows when it kept them (`per_question`, and `n` counts them), else the numbers
     stored with it (None for a metric it did not store); `step`, `n`, and `source` (training or requested). A run
     that finished has evaluated every benchmark of its config last, so these are its final evaluation (with `ids`,
-    each names it: `evaluation_id`, its em row's)."""
+    each names it: `evaluation_id`, its em row's). With `exclude` (benchmark → question ids), a benchmark's
+    per-question means leave those questions out and `excluded` says how many were (None where the evaluation kept
+    no per-question results, so nothing could be)."""
     rows = Evaluation.objects.filter(run__in=runs, metric__in=BENCHMARK_METRICS)
     if step is not None:
         rows = rows.filter(step=step)
@@ -693,6 +696,8 @@ def newest_evaluations(
             cell |= {"f1": cell["f1"] if cell["per_question"] else value, "_f1_row": True}
         else:
             cell["em"] = value
+    if exclude is not None:
+        _leave_out(newest, exclude)
     if ids:  # the evaluation each cell is, for a caller that reads its answers
         for cell in (cell for cells in newest.values() for cell in cells.values()):
             cell["evaluation_id"] = cell["_id"]
@@ -702,16 +707,47 @@ def newest_evaluations(
     }
 
 
+def _leave_out(newest: dict[str, dict[str, dict[str, Any]]], exclude: Mapping[str, frozenset[str]]) -> None:
+    """Each cell's EM, F1 and n again without its benchmark's `exclude`d questions, and `excluded`: how many of its
+    questions were left out (None when it kept no per-question results to leave any out of)."""
+    cells = [cell for cells in newest.values() for cell in cells.values()]
+    for cell in cells:
+        cell["excluded"] = 0 if cell["per_question"] else None
+    chosen = {cell["_id"]: cell for cell in cells if cell["per_question"] and exclude.get(cell["benchmark"])}
+    kept: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    answers = EvaluationAnswer.objects.filter(evaluation_id__in=chosen).order_by()
+    for evaluation_id, question_id, em, f1 in answers.values_list("evaluation_id", "question_id", "em", "f1"):
+        if question_id in exclude[chosen[evaluation_id]["benchmark"]]:
+            chosen[evaluation_id]["excluded"] += 1
+        else:
+            kept[evaluation_id].append((em, f1))
+    for evaluation_id, cell in chosen.items():
+        scores = kept.get(evaluation_id, [])
+        cell["n"] = len(scores)
+        cell["em"] = sum(em for em, _ in scores) / len(scores) if scores else None
+        cell["f1"] = sum(f1 for _, f1 in scores) / len(scores) if scores else None
+
+
 def _joins(cell: dict[str, Any], step: int, request: int | None) -> bool:
     """Whether an f1 row belongs to the evaluation `cell` holds: the same step and request, and none joined yet."""
     return cell["step"] == step and cell["_request"] == request and not cell["_f1_row"]
 
 
-def run_benchmark_table(*, run: Run, step: int | None = None) -> dict[str, Any]:
+def run_benchmark_names(*, run: Run) -> list[str]:
+    """The benchmarks of the run's config, then any other it was evaluated on (a requested evaluation's)."""
+    configured = [str(name) for name in (run.config.get("eval") or {}).get("benchmarks") or []]
+    evaluated = Evaluation.objects.filter(run=run, metric__in=BENCHMARK_METRICS).order_by("benchmark")
+    return list(dict.fromkeys([*configured, *evaluated.values_list("benchmark", flat=True).distinct()]))
+
+
+def run_benchmark_table(
+    *, run: Run, step: int | None = None, exclude: Mapping[str, frozenset[str]] | None = None
+) -> dict[str, Any]:
     """Table 1 of one run: per benchmark its EM and F1 (see `newest_evaluations`: from the per-question rows when
     the evaluation kept them) and their unweighted mean over the benchmarks ("Avg."; a metric some benchmark lacks
     has none). By default each benchmark's newest evaluation (the final one once the run finished); with `step`, the
-    evaluations at that step. `steps` lists the steps that have any; InvalidInput naming `step` for one without."""
+    evaluations at that step; with `exclude`, without those questions of each benchmark (the ones also in training).
+    `steps` lists the steps that have any; InvalidInput naming `step` for one without."""
     steps = list(
         Evaluation.objects.filter(run=run, metric__in=BENCHMARK_METRICS)
         .order_by("step")
@@ -721,7 +757,7 @@ def run_benchmark_table(*, run: Run, step: int | None = None) -> dict[str, Any]:
     if step is not None and step not in steps:
         shown = ", ".join(map(str, steps)) or "none yet"
         raise InvalidInput({"step": [f"the run has no evaluation at step {step} (steps with evaluations: {shown})"]})
-    cells = newest_evaluations([run], step=step).get(str(run.pk), {})
+    cells = newest_evaluations([run], step=step, exclude=exclude).get(str(run.pk), {})
     benchmarks = [cells[name] for name in sorted(cells)]
     average = {metric: _mean_of(cell[metric] for cell in benchmarks) for metric in BENCHMARK_METRICS}
     return {"step": step, "steps": steps, "benchmarks": benchmarks, "average": average}

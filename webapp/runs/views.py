@@ -7,7 +7,7 @@ render the shell it mounts on and everything that must work without it (actions,
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +24,7 @@ from webapp.accounts.models import Role
 from webapp.accounts.permissions import acting_user, require_role, role_of
 from webapp.accounts.selectors import team_get, team_list
 from webapp.core.errors import InvalidInput, QuotaExceeded, ServiceError
+from webapp.data import leakage
 from webapp.data.indexing import index_waits
 from webapp.data.reach_views import reach_states, run_reach_row
 
@@ -213,7 +214,7 @@ def _detail_page(request: HttpRequest, run: Run, *, evaluate_form: EvaluateForm 
         "tags": selectors.run_tag_names(run=run),
         "config_json": _pretty(run.config),
         "evaluations": selectors.run_evaluations(run=run),
-        "table": _benchmark_table(run, request.GET.get("table_step")),
+        **_table_and_leakage(run, request.GET.get("table_step"), request.GET.get("exclude_overlap") == "1"),
         "evaluation_requests": selectors.evaluation_request_list(run=run)[:20],
         "checkpoints": selectors.checkpoint_list(run=run),
         "notes": selectors.run_notes(run=run),
@@ -233,17 +234,31 @@ def _detail_page(request: HttpRequest, run: Run, *, evaluate_form: EvaluateForm 
     return render(request, "runs/detail.html", context, status=400 if evaluate_form is not None else 200)
 
 
-def _benchmark_table(run: Run, asked: str | None) -> dict[str, Any]:
+def _benchmark_table(
+    run: Run, asked: str | None, exclude: Mapping[str, frozenset[str]] | None = None
+) -> dict[str, Any]:
     """The run's Table 1 at the step the address asks for (`?table_step=`), else its final evaluation; a step that is
-    no number or has no evaluation shows the final one, and says why."""
+    no number or has no evaluation shows the final one, and says why. With `exclude`, without those questions."""
     if not asked:
-        return {**selectors.run_benchmark_table(run=run), "error": None}
+        return {**selectors.run_benchmark_table(run=run, exclude=exclude), "error": None}
     try:
         if not asked.isdigit():
             raise InvalidInput({"step": [f"{asked[:20]!r} is not a step"]})
-        return {**selectors.run_benchmark_table(run=run, step=int(asked)), "error": None}
+        return {**selectors.run_benchmark_table(run=run, step=int(asked), exclude=exclude), "error": None}
     except InvalidInput as error:
-        return {**selectors.run_benchmark_table(run=run), "error": " ".join(error.errors["step"])}
+        return {**selectors.run_benchmark_table(run=run, exclude=exclude), "error": " ".join(error.errors["step"])}
+
+
+def _table_and_leakage(run: Run, asked: str | None, exclude_overlap: bool) -> dict[str, Any]:
+    """Table 1 (each benchmark marked with what it shares with the training split, and without those questions when
+    `exclude_overlap`), and the leakage report of every benchmark of the run's config or table."""
+    rows = leakage.config_leakage(run.config, team=run.team, benchmarks=selectors.run_benchmark_names(run=run))
+    by_name = {row.benchmark: row.report for row in rows}
+    overlapping = leakage.excluded_questions(rows)
+    table = _benchmark_table(run, asked, overlapping if exclude_overlap else None)
+    for cell in table["benchmarks"]:
+        cell["leakage"] = by_name.get(cell["benchmark"])
+    return {"table": table, "leakage": rows, "exclude_overlap": exclude_overlap, "any_leak": bool(overlapping)}
 
 
 def _heatmap_choices(run: Run) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_for_submission
 from webapp.core.api import ConfigField, PagePagination, error_responses, query_once
 from webapp.core.responses import cached_json
+from webapp.data import leakage
 
 from .. import selectors, services
 from ..configs import PRESET_NAMES
@@ -212,6 +213,12 @@ class TableFilter(serializers.Serializer[Any]):
         max_value=10_000_000,
         help_text="A step with evaluations (see `steps`). Default: each benchmark's newest evaluation.",
     )
+    exclude_overlap = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="true: each benchmark without its questions also in the run's training split (see "
+        "`/runs/<id>/leakage/`); each cell's `excluded` says how many were left out.",
+    )
 
 
 @extend_schema_view(
@@ -229,7 +236,11 @@ class RunTableApi(RunReadApi):
     query = TableFilter
 
     def read(self, run: Run, **query: Any) -> Any:
-        return selectors.run_benchmark_table(run=run, step=query.get("step"))
+        exclude = None
+        if query.get("exclude_overlap"):
+            names = selectors.run_benchmark_names(run=run)
+            exclude = leakage.excluded_questions(leakage.config_leakage(run.config, team=run.team, benchmarks=names))
+        return selectors.run_benchmark_table(run=run, step=query.get("step"), exclude=exclude)
 
 
 class TrajectoryFilter(serializers.Serializer[Any]):
