@@ -39,9 +39,9 @@ from .forms import (
     TeamTrackingForm,
     default_run_name,
     preset_field_texts,
-)
     retriever_states,
     retriever_status,
+)
 from .models import Checkpoint, Run
 
 
