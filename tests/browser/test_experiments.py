@@ -44,8 +44,11 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     overrides = {"grpo.total_steps": 2, "backend.model": tiny_model_path(settings), "env.retriever": "bm25"}
     page.fill("textarea[name=overrides]", json.dumps(overrides))
 
-    def estimate(arms: int) -> str:  # what the API answers the form, from alice's team's runs or the preset's figure
-        return experiment_estimate(team=alice_team, preset="smoke", arms=arms, seeds=2).text
+    evaluation = {"benchmarks": ["builtin"], "split": "test", "size": 8}
+
+    def estimate(arms: int) -> str:  # what the API answers the form, for these runs' steps and questions (#54 item 1)
+        shaped = {"overrides": overrides, "evaluation": evaluation}
+        return experiment_estimate(team=alice_team, preset="smoke", arms=arms, seeds=2, **shaped).text
 
     page.get_by_test_id("experiment-estimate").filter(has_text=estimate(2)).wait_for()
     page.get_by_label("random-pool").check()
@@ -65,8 +68,11 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     assert experiment.arm_names == ["static", "inspo"] and experiment.seeds == [0, 1]
     assert experiment.runs.count() == 4
 
-    # The page refreshes itself: the table is complete once every run has finished and been evaluated.
+    # The page refreshes itself: the table is complete once every run has finished and been evaluated. Meanwhile it
+    # says how long is left, and keeps the estimate made at submission.
     page.get_by_test_id("experiment-state").filter(has_text="running").wait_for()
+    assert " left (" in page.get_by_test_id("experiment-remaining").inner_text()
+    assert experiment.estimate["runs"] == 4 and experiment.estimate["steps"] == 2
     for run in experiment.runs.order_by("created_at"):
         done = wait_until_done(run.pk, process, log)
         assert done.status == Run.Status.FINISHED, f"{done.error}\n{log.read_text()[-3000:]}"
@@ -80,6 +86,12 @@ def test_a_two_arm_two_seed_smoke_experiment_fills_its_verdict_table(
     assert "no variance" in page.get_by_test_id("arm-difference").last.inner_text()
     assert page.get_by_test_id("experiment-state").inner_text() == "finished"
     assert page.get_by_test_id("cancel-experiment").count() == 0
+    # Each run's duration and the estimate's error (#54 item 1); EM in points, the unit in the header (item 6).
+    page.get_by_test_id("experiment-estimate-error").filter(has_text="estimated").wait_for()
+    said = page.get_by_test_id("experiment-estimate-error").inner_text()
+    assert said.startswith("worker time ") and "submission to the end " in said and "the range" in said
+    assert all(cell.inner_text().endswith(" min") for cell in page.get_by_test_id("run-worker-minutes").all())
+    assert "EM points" in page.get_by_test_id("experiment-table").locator("thead").inner_text()
     page.locator('[data-testid="chart-experiment-reward"] canvas').wait_for()
     page.locator('[data-testid="chart-experiment-em"] canvas').wait_for()
     page.wait_for_timeout(500)  # the charts' first frame

@@ -139,3 +139,47 @@ def test_a_run_recorded_before_the_parts_and_intervals_were_kept_still_renders(b
     assert page.get_by_test_id("population-resolution").get_attribute("data-kind") == "unknown"
     assert "What this run learnt" in page.get_by_test_id("run-learnt").inner_text()
     pages.assert_no_errors("the run page of an older run")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_runs_progress_shows_its_evaluations_and_counts_them_in_the_eta(
+    browser, live_server, alice, alice_team
+):
+    """#54 item 4: while the untrained policy is evaluated the page says so, and once steps run its ETA counts the
+    final evaluation's questions beside the remaining steps."""
+    import time
+
+    from django.utils import timezone
+
+    from tests.factories import StepMetricFactory
+
+    now = time.time()
+    run = RunFactory(
+        team=alice_team,
+        creator=alice,
+        preset="quick",
+        config=preset("quick").to_dict(),
+        status=Run.Status.RUNNING,
+        started_at=timezone.now(),
+        total_steps=12,
+        evaluation_progress={"step": 0, "done": 23, "total": 64, "started": now - 46, "time": now},
+    )
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    pages.goto(f"/runs/{run.pk}/")
+    page.wait_for_selector("#app[data-ready=true]")
+    progress = page.get_by_test_id("run-progress")
+    progress.filter(has_text="evaluating the untrained policy: 23 / 64 questions").wait_for()
+    assert "ETA —" in progress.inner_text()  # no step has been timed yet
+
+    # The first evaluation took 128 s for 64 questions; three steps of 10 s followed. Left: 9 steps (90 s) and the
+    # final evaluation's 64 questions (128 s), 3 min 38 s, which the page rounds to 4 min (the steps alone: 2 min).
+    finished = {"step": 0, "done": 64, "total": 64, "started": now - 128, "time": now}
+    for step in (1, 2, 3):
+        StepMetricFactory(run=run, step=step, timings={"rollout": 7.0, "update": 3.0})
+    Run.objects.filter(pk=run.pk).update(
+        step=3, evaluation_progress=finished | {"seconds": 128.0, "questions": 64, "evaluations": 1}
+    )
+    progress.filter(has_text="training step 4 / 12").wait_for(timeout=15_000)
+    assert "ETA 4 min" in progress.inner_text(), progress.inner_text()
+    pages.assert_no_errors("a running run's page")
