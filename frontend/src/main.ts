@@ -4,6 +4,7 @@ import "./styles.css";
 import { Api } from "./api";
 import { comparePage } from "./pages/compare";
 import { dataPage } from "./pages/data";
+import { datasetPage } from "./pages/dataset";
 import { experimentPage } from "./pages/experiment";
 import { lineagePage } from "./pages/lineage";
 import { listPage } from "./pages/list";
@@ -22,6 +23,7 @@ const PAGES: Record<string, (root: HTMLElement, api: Api) => Promise<void> | voi
   experiment: experimentPage,
   "new-experiment": newExperimentPage,
   data: dataPage,
+  dataset: datasetPage,
 };
 
 const root = document.getElementById("app");

@@ -10,9 +10,14 @@ describe("uploadOutcome", () => {
   it("shows the first bad record the server named", () => {
     const body = JSON.stringify({ file: ["q.jsonl: line 3: field 'golden_answers' must be a non-empty list"] });
     expect(uploadOutcome(400, body)).toBe(
-      "Refused (400): file: q.jsonl: line 3: field 'golden_answers' must be a non-empty list Nothing was kept.",
+      "Refused (400): file: q.jsonl: line 3: field 'golden_answers' must be a non-empty list. Nothing was kept.",
     );
-    expect(uploadOutcome(413, JSON.stringify({ detail: "too large" }))).toContain("too large");
+    expect(uploadOutcome(413, JSON.stringify({ detail: "too large" }))).toBe(
+      "Refused (413): too large. Nothing was kept.",
+    );
+    expect(uploadOutcome(400, JSON.stringify({ detail: "Not a file." }))).toBe(
+      "Refused (400): Not a file. Nothing was kept.",
+    );
     expect(uploadOutcome(502, "<html>")).toBe("The server answered 502; nothing was kept.");
   });
 });

@@ -9,6 +9,7 @@ their average."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -131,22 +132,35 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
         page.fill("input[name=name]", "own data")
         page.select_option("select[name=preset]", "quick")
         page.select_option("select[name=dataset]", "data:mine")
+        assert "data:bench" not in page.locator("select[name=dataset] option").all_inner_texts()  # no train split
         page.select_option("select[name=corpus]", "data:wiki")
+        page.select_option("select[name=retriever]", "bm25")
+        index = page.get_by_test_id("index-status")
+        assert index.inner_text().startswith("data:wiki@1 has no bm25 index yet: the run starts its index job")
         page.get_by_label("data:bench", exact=True).check()
         page.get_by_label("builtin", exact=True).check()
         page.fill("input[name=model]", str(tiny_data_dir / "shared" / "tiny-llama"))
         page.select_option("select[name=optimizer_provider]", "rules")
         page.fill("input[name=total_steps]", "2")
-        page.fill("textarea[name=overrides]", '{"eval.eval_samples": 4, "env.retriever": "bm25", "evolve_until": 2}')
+        page.fill("textarea[name=overrides]", '{"eval.eval_samples": 4, "evolve_until": 2}')
         page.get_by_role("button", name="Submit").click()
         page.wait_for_url("**/runs/*/")
         run = Run.objects.get(name="own data")
         assert run.config["env"]["dataset"] == "data:mine@2" and run.config["env"]["corpus"] == "data:wiki@1"
         assert run.config["eval"]["benchmarks"] == ["builtin", "data:bench@1"]
+        assert run.config["env"]["retriever"] == "bm25"  # the form's choice
 
         done = wait_until_done(run.pk, worker.process, worker.log)
         assert done.status == Run.Status.FINISHED, f"{done.error}\n{worker.tail()}"
         assert IndexJob.objects.get().status == IndexJob.Status.DONE
+        pages.goto("/runs/new/")
+        page.wait_for_selector("#app[data-ready=true]")
+        page.select_option("select[name=corpus]", "data:wiki")
+        page.select_option("select[name=retriever]", "bm25")
+        assert page.get_by_test_id("index-status").inner_text().startswith("data:wiki@1 has a bm25 index (job")
+        page.select_option("select[name=retriever]", "dense")
+        assert page.get_by_test_id("index-status").inner_text().startswith("data:wiki@1 has no dense index yet")
+        pages.goto(f"/runs/{run.pk}/")
         page.reload()
         table = page.get_by_test_id("run-table")
         headers = [h.strip() for h in table.locator("thead th").all_inner_texts()]
@@ -295,3 +309,64 @@ def test_the_data_page_and_the_run_page_show_what_the_test_split_shares_with_tra
     assert table.locator('[data-testid="table-row-em"] td[data-column="data:mine@2"]').inner_text() == "0.000"
     assert table.get_by_test_id("table-excluded").inner_text() == "(3 also in training left out)"
     pages.assert_no_errors("the Data page and the run page with their leakage reports")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_upload_reads_as_an_error_and_the_index_table_follows_its_job(
+    browser, live_server, alice, alice_team, settings, tmp_path
+):
+    """A refused file: its message red, with an icon, announced, a sentence before "Nothing was kept.", the bar
+    marked failed, and the file picker ready for the next file, which goes through. A corpus's page follows its
+    queued index job to running and done without a reload (#54 items 7 and 8)."""
+    from webapp.data.services import dataset_upload
+
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "data": {"BACKEND": "django.core.files.storage.FileSystemStorage", "OPTIONS": {"location": str(tmp_path)}},
+    }
+    settings.INSPO_CACHE_DIR = tmp_path / "cache"
+    settings.INSPO_DATA_DIR = tmp_path / "data"
+    pages = signed_in(browser, live_server, alice)
+    page = pages.page
+    page.get_by_role("link", name="Data", exact=True).click()
+    page.wait_for_selector("#app[data-ready=true]")
+    page.fill("input[name=name]", "broken")
+    bad = [{"id": "1", "question": "What is the capital of Peru?", "golden_answers": []}]
+    page.set_input_files("input[name=file]", str(write(tmp_path / "bad.jsonl", bad)))
+    page.get_by_test_id("upload").click()
+    status = page.get_by_test_id("upload-status")
+    status.get_by_text("Nothing was kept.").wait_for()
+    assert status.get_attribute("role") == "alert" and "error" in (status.get_attribute("class") or "")
+    assert status.evaluate("e => getComputedStyle(e).color") == "rgb(176, 0, 32)"
+    assert status.locator(".error-icon").inner_text().strip() == "✖"
+    assert re.search(r"field 'golden_answers'[^.]*\. Nothing was kept\.$", status.inner_text()), status.inner_text()
+    assert page.get_by_test_id("upload-progress").get_attribute("data-state") == "failed"
+    assert [e for e in pages.errors if "400 (Bad Request)" not in e] == []  # the refusal's own answer only
+    pages.errors.clear()
+    picker = page.locator("input[name=file]")
+    assert picker.is_enabled() and picker.evaluate("e => e === document.activeElement")
+    picker.set_input_files(str(write(tmp_path / "good.jsonl", qa(range(3), "g"))))
+    page.get_by_test_id("upload").click()
+    page.get_by_test_id("staged").wait_for(state="visible")
+    assert page.get_by_test_id("upload-progress").get_attribute("data-state") is None
+    assert status.get_attribute("role") is None and "error" not in (status.get_attribute("class") or "")
+
+    passages = [{"id": f"p{i}", "contents": f"{CAPITALS[i]} is the capital of {c}."} for i, c in enumerate(COUNTRIES)]
+    file = write(tmp_path / "wiki.jsonl", passages)
+    with file.open("rb") as handle:
+        uploaded = dataset_upload(
+            team=alice_team, user=alice, name="wiki", kind="corpus", split="", upload=handle, filename=file.name
+        )
+    version = uploaded.version
+    job = IndexJob.objects.create(version=version, sha256=version.sha256, method="bm25")  # no worker: the test moves it
+    pages.goto(f"/data/{version.dataset_id}/")
+    page.wait_for_selector("#app[data-ready=true]")
+    row = page.get_by_test_id("index-job")
+    assert row.get_attribute("data-status") == "queued"
+    IndexJob.objects.filter(pk=job.pk).update(status="running", passages_done=3, passages_total=8, rate=40.0)
+    row.get_by_text("3 / 8").wait_for()
+    assert row.get_attribute("data-status") == "running" and "40/s" in row.inner_text()
+    IndexJob.objects.filter(pk=job.pk).update(status="done", passages_done=8)
+    page.wait_for_selector('[data-testid="index-job"][data-status="done"]')
+    assert "8 / 8" in row.inner_text() and row.locator("progress").evaluate("e => e.value === e.max")
+    pages.assert_no_errors("a refused upload and a followed index job")

@@ -30,7 +30,12 @@ export function dataPage(root: HTMLElement): void {
   if (!form || !bar || !status || !section) return;
   const api = root.dataset.api ?? "/api/v1/";
   const mapping = root.querySelector<HTMLDetailsElement>('[data-testid="mapping-fields"]');
+  const picker = form.querySelector<HTMLInputElement>('input[type="file"]');
   let staged: Staged | null = null;
+  const refuse = (text: string) => {
+    showRefusal(status, bar, text);
+    picker?.focus(); // ready for another file (or the same one, with the mapping filled in)
+  };
 
   form.addEventListener("submit", (event) => {
     event.preventDefault();
@@ -43,7 +48,7 @@ export function dataPage(root: HTMLElement): void {
     bar.hidden = false;
     bar.value = 0;
     section.hidden = true;
-    status.textContent = "Uploading…";
+    showProgress(status, bar, "Uploading…");
     request.upload.addEventListener("progress", (progress) => {
       if (progress.lengthComputable) bar.value = Math.round((100 * progress.loaded) / progress.total);
       if (progress.loaded === progress.total) status.textContent = "Checking every record…";
@@ -55,24 +60,26 @@ export function dataPage(root: HTMLElement): void {
         showStaged(section, staged);
         return;
       }
-      status.textContent = uploadOutcome(request.status, request.responseText);
       if (mapping && needsMapping(request.responseText)) mapping.open = true;
+      refuse(uploadOutcome(request.status, request.responseText));
     });
     request.addEventListener("error", () => {
-      status.textContent = "The upload did not reach the server; nothing was kept.";
+      refuse("The upload did not reach the server. Nothing was kept.");
     });
     request.send(body);
   });
 
   byTestId(section, "confirm-upload").addEventListener("click", () => {
     if (!staged) return;
-    status.textContent = "Keeping it…";
+    showProgress(status, bar, "Keeping it…");
     void send(`${api}datasets/staged/${staged.id}/confirm/`, "POST").then(({ code, text }) => {
-      status.textContent = uploadOutcome(code, text);
-      if (code === 200 || code === 201) {
-        const body = JSON.parse(text) as { dataset: { id: number } };
-        window.location.assign(`/data/${body.dataset.id}/`);
+      if (code !== 200 && code !== 201) {
+        refuse(uploadOutcome(code, text));
+        return;
       }
+      status.textContent = uploadOutcome(code, text);
+      const body = JSON.parse(text) as { dataset: { id: number } };
+      window.location.assign(`/data/${body.dataset.id}/`);
     });
   });
   byTestId(section, "discard-upload").addEventListener("click", () => {
@@ -83,6 +90,25 @@ export function dataPage(root: HTMLElement): void {
       status.textContent = code === 204 ? "Discarded; nothing was kept." : `The server answered ${code}.`;
     });
   });
+}
+
+/** The upload's status as work in progress: plain text, the bar no longer marked failed. */
+function showProgress(status: HTMLElement, bar: HTMLProgressElement, text: string): void {
+  status.className = "muted";
+  status.removeAttribute("role");
+  status.textContent = text;
+  bar.classList.remove("failed");
+  delete bar.dataset.state;
+}
+
+/** A refusal as an error: red, with an icon, announced, and the progress bar marked failed. */
+function showRefusal(status: HTMLElement, bar: HTMLProgressElement, text: string): void {
+  status.className = "error upload-refused";
+  status.setAttribute("role", "alert");
+  fill(status, h("span", { class: "error-icon", "aria-hidden": "true" }, "✖ "), text);
+  bar.classList.add("failed");
+  bar.dataset.state = "failed";
+  bar.setAttribute("aria-label", "upload failed");
 }
 
 async function send(url: string, method: string): Promise<{ code: number; text: string }> {
@@ -135,6 +161,12 @@ export function needsMapping(text: string): boolean {
   return text.includes("question_field");
 }
 
+/** `text` ending as a sentence does, so what follows it reads apart. */
+function sentence(text: string): string {
+  const trimmed = text.trim();
+  return /[.!?]$/.test(trimmed) ? trimmed : `${trimmed}.`;
+}
+
 /** What to tell the person about the server's answer to an upload. */
 export function uploadOutcome(status: number, text: string): string {
   let body: Record<string, unknown> = {};
@@ -151,5 +183,5 @@ export function uploadOutcome(status: number, text: string): string {
   const messages = Object.entries(body).map(([field, value]) =>
     field === "detail" ? String(value) : `${field}: ${Array.isArray(value) ? value.join(" ") : String(value)}`,
   );
-  return `Refused (${status}): ${messages.join("; ")} Nothing was kept.`;
+  return `Refused (${status}): ${sentence(messages.join("; "))} Nothing was kept.`;
 }
