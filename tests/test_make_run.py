@@ -23,6 +23,8 @@ import httpx
 import psutil
 import pytest
 
+from inspo_engine.env.service import default_workers
+
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 40
@@ -178,7 +180,10 @@ def test_the_retrieval_service_starts_beside_the_workers_and_stops_with_them(ser
     health = httpx.get(f"http://127.0.0.1:{served.retrieval_port}/health", timeout=5)
     assert health.json() == {"status": "ok"}
     services = [p for p in tree if p.name().startswith("python") and "retrieval_service" in " ".join(p.cmdline())]
-    assert len(services) == 1 and f"INSPO_RETRIEVAL_URL=http://127.0.0.1:{served.retrieval_port}" in " ".join(
+    supervisor = [p for p in services if p.ppid() not in {s.pid for s in services}]
+    assert len(supervisor) == 1 and all(p.ppid() == supervisor[0].pid for p in services if p not in supervisor)
+    assert len(services) == 1 + default_workers()  # the supervisor and its workers, one per core
+    assert f"INSPO_RETRIEVAL_URL=http://127.0.0.1:{served.retrieval_port}" in " ".join(
         f"{k}={v}"
         for k, v in psutil.Process(next(p.pid for p in tree if "celery" in " ".join(p.cmdline()))).environ().items()
     )

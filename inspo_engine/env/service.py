@@ -351,11 +351,14 @@ def serve(shelf: IndexShelf, host: str, port: int, *, workers: int = 1) -> None:
     stopping = threading.Event()
     children: set[int] = set()
 
+    supervisor = os.getpid()
+
     def start_worker() -> None:
         pid = os.fork()
         if pid == 0:  # the worker
             code = 0
             try:
+                _stop_with_parent(supervisor)
                 shelf.share_stats(stats)
                 _serve_here(server)
             except BaseException:
@@ -392,6 +395,21 @@ def serve(shelf: IndexShelf, host: str, port: int, *, workers: int = 1) -> None:
                 os.waitpid(pid, 0)
         server.server_close()
         shutil.rmtree(stats, ignore_errors=True)
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Have the kernel send this process SIGTERM when its parent dies, even by SIGKILL: a worker never goes on
+    serving the port of a service that is gone (Linux; elsewhere workers stop only with a signal the parent sends)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(0)
 
 
 def _serve_here(server: ThreadingHTTPServer) -> None:

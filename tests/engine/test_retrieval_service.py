@@ -178,3 +178,26 @@ def test_workers_share_the_port_report_together_and_one_that_dies_is_replaced(ro
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
     assert not any(Path(f"/proc/{pid}").exists() for pid in workers)  # stopped with it
+
+
+def test_workers_stop_when_their_service_is_killed(root: Path) -> None:
+    """A service killed outright (SIGKILL: its workers get no signal from it) leaves no worker serving its port."""
+    script = (
+        "import sys; from pathlib import Path; from inspo_engine.env.service import IndexShelf, serve; "
+        "serve(IndexShelf(Path(sys.argv[1])), '127.0.0.1', 0, workers=2)"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script, str(root)], stdout=subprocess.PIPE, text=True)
+    address = process.stdout.readline().split()[2].rstrip("/")  # type: ignore[union-attr]
+    assert httpx.get(f"{address}/health", timeout=10).status_code == 200
+    deadline = time.monotonic() + 10
+    while len(_children(process.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    workers = _children(process.pid)
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{address}/health", timeout=5)
