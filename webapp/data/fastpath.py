@@ -172,6 +172,21 @@ class Blocks:
         self.pending.clear()
 
 
+def helper_submit(
+    kind: Literal["questions", "corpus"], most_line: int, bins: tuple[int, ...], block: bytes, lines: int
+) -> Future[Batch | None]:
+    """One block sent to the helper process, checked as `FastLines(kind, most_line, bins).batch` checks it; OSError
+    when there is no helper or it died."""
+    pool = _helper_pool()
+    if pool is None:
+        raise OSError("no helper process")
+    try:
+        return pool.submit(_helper_batch, (kind, most_line, bins), block, lines)
+    except (BrokenExecutor, RuntimeError) as error:
+        _helper_drop()
+        raise OSError("the helper process died") from error
+
+
 def _helper_batch(key: tuple[str, int, tuple[int, ...]], block: bytes, lines: int) -> Batch | None:
     """In the helper: the block's batch."""
     fast = _checkers.get(key)

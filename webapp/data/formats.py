@@ -16,10 +16,14 @@ import bisect
 import gzip
 import hashlib
 import io
+import os
 import shutil
 import tempfile
 from array import array
+from collections import deque
 from collections.abc import Iterator
+from concurrent.futures import CancelledError, Future
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, Protocol
@@ -29,7 +33,7 @@ import orjson
 
 from webapp.core.text import json_depth
 
-from .fastpath import MAX_ID_CHARS, Batch, Blocks, FastLines
+from .fastpath import MAX_ID_CHARS, Batch, Blocks, FastLines, helper_submit
 from .shapes import FLASHRAG, NO_MAPPING, FieldMap, Shape, ShapeUnknown, detect, ids_from, read
 
 Kind = Literal["questions", "corpus"]
@@ -128,8 +132,19 @@ def check_upload(
         raise UploadRefused(f"{filename}: the name ends in .gz but the file is not gzip")
     if mapping and kind == "corpus":
         raise UploadRefused("question_field, answers_field and id_field name a questions file's fields")
-    writer = _Writer(workdir / "canonical.jsonl", kind, _Bounds(filename, fmt, limits, size))
+    bounds = _Bounds(filename, fmt, limits, size)
     reader = _Reader(kind, mapping, filename, rows=fmt.startswith("parquet"))
+    early: EarlyCheck | None = getattr(source, "early", None)
+    adopted = early.adopt(kind, mapping, bounds) if early is not None else None
+    if adopted is not None:  # the lines checked while the body arrived; the check goes on after them
+        writer, resumed = adopted
+        reader.shape = FLASHRAG if kind == "questions" else None
+        source.seek(resumed.offset)
+        _jsonl_check(source, filename, limits, reader, writer, resumed)
+        checked = writer.finish(filename, fmt)
+        checked.shape, checked.ids = reader.shape_name, reader.ids
+        return checked
+    writer = _Writer(workdir / "canonical.jsonl", kind, bounds)
     if fmt.startswith("jsonl"):
         stream: IO[bytes] = _Expansion(source, filename, limits) if fmt.endswith(".gz") else source  # type: ignore[assignment]
         _jsonl_check(stream, filename, limits, reader, writer)
@@ -246,6 +261,105 @@ def _jsonl_check(
     finally:
         if checker is not None:
             checker.cancel()
+
+
+@dataclass
+class _Resumed:
+    """A check that goes on after `lines` lines and `offset` bytes already checked and written (a `Progress`)."""
+
+    lines: int
+    offset: int
+
+    def block(self, offset: int, lines: int) -> None:
+        pass
+
+
+class EarlyCheck:
+    """Checks a plain JSONL upload while its body is still arriving: as the upload handler writes the file, each new
+    half megabyte of whole lines goes to the helper process (`fastpath`), and the canonical lines it vouches for are
+    written here, so that the check after the body has only the rest to do (`check_upload` adopts the lines done).
+    The kind is guessed from the first line; at the first block the helper does not vouch for (a problem, another
+    shape, a blank line, a long line), it stops, and the check after the body reads on from the last block it
+    vouched for, a record at a time, naming the line as ever. What it holds: at most `DEPTH` blocks in flight, and
+    the canonical file being written in its own folder (deleted by `close`, once the request ends)."""
+
+    DEPTH = 8
+
+    def __init__(self, path: Path, most_line: int) -> None:
+        self.fd = os.open(path, os.O_RDONLY)
+        self.most_line = most_line
+        self.folder = Path(tempfile.mkdtemp(prefix="inspo-early-", dir=path.parent))
+        self.kind: Kind | None = None
+        self.writer: _Writer | None = None
+        self.pending: deque[tuple[int, int, Future[Batch | None]]] = deque()
+        self.sent = self.offset = self.lines = 0
+        self.stopped = self.failed = False
+
+    def feed(self, received: int, *, last: bool = False) -> None:
+        """The file holds `received` bytes now (`last`: all of it): write the blocks checked, send the next ones."""
+        self._write(wait=False)
+        while not self.stopped and len(self.pending) < self.DEPTH and (received - self.sent >= LINE_BLOCK or last):
+            data = os.pread(self.fd, LINE_BLOCK, self.sent)
+            end = data.rfind(b"\n") + 1
+            if end == 0:  # a line longer than a block, or the end of a file with no last newline
+                self.stopped = True
+                break
+            block = data[:end]
+            writer = self.writer or self._start(block)
+            try:
+                future = helper_submit(writer.kind, self.most_line, writer.bins, block, block.count(b"\n"))
+            except OSError:  # no helper: the check after the body does it all
+                self.stopped = True
+                break
+            self.sent += end
+            self.pending.append((self.sent, block.count(b"\n"), future))
+
+    def _start(self, block: bytes) -> _Writer:
+        """The writer, for the kind the first line shows (its bounds are set when the check adopts it)."""
+        self.kind = "corpus" if b'"contents"' in block[: block.find(b"\n")] else "questions"
+        bounds = _Bounds("upload", "jsonl", Limits(max_line_bytes=self.most_line), 1 << 40)
+        self.writer = _Writer(self.folder / "canonical.jsonl", self.kind, bounds)
+        return self.writer
+
+    def _write(self, *, wait: bool) -> None:
+        """Write the blocks the helper has checked, in order (all of those in flight when `wait`)."""
+        while self.pending and (wait or self.pending[0][2].done()):
+            end, lines, future = self.pending.popleft()
+            try:
+                batch = None if self.failed else future.result()
+            except (BrokenProcessPool, CancelledError, OSError):
+                batch = None
+            if batch is None or self.writer is None or not self.writer.add_batch(batch, self.lines + 1):
+                self.stopped = self.failed = True  # the lines done so far stand; the check after the body goes on
+                continue
+            self.offset, self.lines = end, self.lines + lines
+
+    def adopt(self, kind: Kind, mapping: FieldMap, bounds: _Bounds) -> tuple[_Writer, _Resumed] | None:
+        """The writer and where the check goes on, when what was checked is what this upload's check would have
+        done (plain JSONL of this kind, no mapping, the same line limit, within `bounds`); None otherwise."""
+        self.stopped = True  # nothing more is sent
+        self._write(wait=True)
+        writer = self.writer
+        same = (
+            kind == self.kind
+            and not mapping
+            and bounds.fmt == "jsonl"
+            and bounds.limits.max_line_bytes == self.most_line
+        )
+        if writer is None or not same or not self.lines or writer.written > bounds.most:
+            return None
+        writer.bounds, writer.most = bounds, bounds.most
+        self.writer = None  # the caller's now
+        return writer, _Resumed(self.lines, self.offset)
+
+    def close(self) -> None:
+        for _, _, future in self.pending:
+            future.cancel()
+        self.pending.clear()
+        if self.writer is not None:
+            self.writer.handle.close()
+        os.close(self.fd)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _fast_block(
