@@ -1,6 +1,7 @@
 """A real first run's page: seed 1 of the quick preset as shipped (the `inspo` arm of the LoRA experiment, whose
 runs docs/experiments/lora/runs.tar.gz holds), imported as a CLI run. Its page opens with what the run learnt, from
-the run's own evaluations: EM 0.000 before training and 0.097 after on the 195 test questions. With
+the run's own evaluations: EM 0.000 before training and 0.097 after on the 195 test questions, and its best-weighted
+instruction not yet distinguishable from the others (#54 item 3). With
 INSPO_DOCS_SCREENSHOTS=1 the page's opening is saved as docs/first-run-quick.png, the quickstart's picture."""
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def test_a_real_quick_runs_page_says_what_it_learnt(browser, live_server, alice,
     learnt = page.get_by_test_id("run-learnt")
     facts = learnt.get_by_test_id("learnt-facts").inner_text()
     assert "0.000" in facts and "0.097" in facts, facts  # the untrained and the trained evaluation, 195 questions
+    verdict = learnt.get_by_test_id("learnt-verdict").inner_text()
+    assert verdict == "This run taught correctness: exact match rose beyond its 95 % interval.", verdict
+    # its population cannot tell ins-0007 from the others (intervals over 6 questions overlap): no "won"
+    assert "ins-0007 has a recent reward of 0.497 [0.130, 0.863] over 6 questions; every other member's" in facts
+    assert "The best-weighted instruction is ins-0007 (not yet distinguishable from the others)" in facts
+    assert "won" not in facts, facts
     page.locator('[data-testid="chart-reward_mean"] canvas').first.wait_for()
     pages.assert_no_errors("a real quick run's page")
     if os.environ.get("INSPO_DOCS_SCREENSHOTS") == "1":
