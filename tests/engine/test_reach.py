@@ -9,12 +9,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from inspo_engine.cli import main
 from inspo_engine.env.datasets import load_flashrag_questions
 from inspo_engine.env.indexes import CorpusIndex, build_index
 from inspo_engine.env.protocol import Passage
-from inspo_engine.env.reach import AnswerFinder, corpus_passages, reachability, reached_anywhere
+from inspo_engine.env.reach import AnswerFinder, corpus_passages, passage_words, reachability, reached_anywhere
 from inspo_engine.env.rewards import normalize_answer
 from inspo_engine.types import Question
 
@@ -122,3 +124,11 @@ def test_data_check_refuses_a_bad_k_and_a_missing_file(tmp_path: Path, capsys: p
     assert "--k must be from 1 to 100" in capsys.readouterr().err
     assert main(["data", "check", "--questions", str(tmp_path / "none.jsonl"), "--cache-dir", str(tmp_path)]) == 2
     assert "none.jsonl" in capsys.readouterr().err
+
+
+PIECES = ["a", "the", "an", "Lima", "é", "’", "-", "_", ".", " ", "\t", "\n", "\x01", "\x1c", "\u212a", "—"]
+
+
+@given(st.lists(st.sampled_from(PIECES), max_size=12).map("".join))
+def test_passage_words_are_the_exact_match_normalisation_split_into_words(text: str) -> None:
+    assert passage_words(Passage("1", "", text)) == normalize_answer(f" {text}").split()
