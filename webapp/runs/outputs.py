@@ -5,6 +5,8 @@ selectors pass through these on their way out; the population history's columns 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -16,7 +18,14 @@ from webapp.accounts.models import Team, User
 from .configs import PRESET_NAMES
 from .models import Checkpoint, ControlRequest, EvaluationRequest, Heatmap, Run
 from .progress import run_progress
-from .selectors import BENCHMARK_METRICS, COMPARE_SERIES, OUTCOME_SERIES, SERIES_FIELDS, run_preset_diff
+from .selectors import (
+    BENCHMARK_METRICS,
+    COMPARE_SERIES,
+    OUTCOME_SERIES,
+    SERIES_FIELDS,
+    run_preset_diff,
+    run_settled,
+)
 
 ConfigOutput = serializers.DictField
 """A whole engine config (inspo_engine.config.RunConfig.to_dict()): sections of fields."""
@@ -129,14 +138,24 @@ class RunDetailOutputSerializer(RunOutputSerializer):
         fields = (*RunOutputSerializer.Meta.fields, "preset_diff", "activity")
         read_only_fields = fields
 
+    # Both read the whole config (and the activity every step's timings): a settled run's are kept in the cache.
+
     @extend_schema_field(RunActivityOutputSerializer)
     def get_activity(self, run: Run) -> Any:
-        return RunActivityOutputSerializer(run_progress(run)).data
+        evaluations = hashlib.blake2b(json.dumps(run.evaluation_progress, sort_keys=True).encode()).hexdigest()
+        return run_settled(
+            run=run,
+            name=f"activity:{evaluations[:16]}",
+            build=lambda: dict(RunActivityOutputSerializer(run_progress(run)).data),
+        )
 
     @extend_schema_field(ConfigDiffOutputSerializer(many=True, allow_null=True))
     def get_preset_diff(self, run: Run) -> Any:
-        diff = run_preset_diff(run=run)
-        return None if diff is None else ConfigDiffOutputSerializer(diff, many=True).data
+        def build() -> Any:
+            diff = run_preset_diff(run=run)
+            return None if diff is None else ConfigDiffOutputSerializer(diff, many=True).data
+
+        return run_settled(run=run, name="preset-diff", build=build)
 
 
 class EvaluationRequestOutputSerializer(serializers.ModelSerializer[EvaluationRequest]):

@@ -32,7 +32,7 @@ def test_a_finished_runs_lineage_is_cached_until_the_run_changes(alice, alice_te
     client = api(alice)
     assert node_ids(client.get(lineage_url(run))) == ["ins-a", "ins-b"]
     InstructionFactory(run=run, key="ins-c", birth_step=3)  # behind the run's back: a settled run does not change
-    with django_assert_num_queries(3):  # the token, the run (with its team's membership), its tags: no lineage
+    with django_assert_num_queries(2):  # the token, the run (with its team's membership): no lineage
         assert node_ids(client.get(lineage_url(run))) == ["ins-a", "ins-b"]
 
     # Resumed: read afresh on every request while active, and under a new key once settled again.

@@ -127,7 +127,7 @@ def test_a_finished_runs_answer_is_cached_until_the_run_changes(alice, alice_tea
     client = api(alice)
     first = client.get(population_url(run)).json()
     add_member(run, 4)  # behind the run's back: a settled run's history does not change by itself
-    with django_assert_num_queries(3):  # the token, the run (with its team's membership), its tags: no history
+    with django_assert_num_queries(2):  # the token, the run (with its team's membership): no history
         assert client.get(population_url(run)).json() == first
 
     # Resumed: active runs are read afresh on every request.

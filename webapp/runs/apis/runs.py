@@ -124,6 +124,8 @@ class RunReadApi(APIView):
     columns = False
     """Set where `read` returns columns of plain numbers that `output` documents but would only copy, one field call
     per number (tests hold the two to the same answer): they are sent as `read` returns them."""
+    related = True
+    """Unset where `read` needs only the run's own row, not its team, creator, best instruction or tags."""
 
     def read(self, run: Run, **query: Any) -> Any:
         raise NotImplementedError
@@ -139,7 +141,7 @@ class RunReadApi(APIView):
             filters = self.query(data=query_once(request.query_params))
             filters.is_valid(raise_exception=True)
             params = dict(filters.validated_data)
-        run = selectors.run_get(user=user, run_id=run_id)
+        run = selectors.run_get(user=user, run_id=run_id, related=self.related)
         key = selectors.run_cache_key(run=run, name=self.cache_name) if self.cache_name is not None else None
         return cached_json(request, key, lambda: self.render(run, **params))
 
@@ -170,6 +172,7 @@ class RunMetricsApi(RunReadApi):
     output = MetricSeriesOutputSerializer
     cache_name = "metrics"
     columns = True
+    related = False
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.run_metric_series(run=run)
@@ -187,6 +190,7 @@ class RunMetricsApi(RunReadApi):
 class RunLineageApi(RunReadApi):
     output = LineageOutputSerializer
     cache_name = "lineage"
+    related = False
 
     def read(self, run: Run, **query: Any) -> Any:
         return selectors.run_lineage(run=run)
@@ -306,7 +310,7 @@ class RunPopulationApi(APIView):
     )
     def get(self, request: Request, run_id: str) -> HttpResponse:
         user = acting_user(request)
-        run = selectors.run_get(user=user, run_id=run_id)
+        run = selectors.run_get(user=user, run_id=run_id, related=False)
         return cached_json(
             request,
             selectors.run_cache_key(run=run, name="population"),
