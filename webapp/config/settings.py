@@ -367,6 +367,7 @@ SPECTACULAR_SETTINGS = {
         "EvaluationRequestStatusEnum": "webapp.runs.models.EvaluationRequest.Status",
         "DatasetKindEnum": "webapp.data.models.Dataset.Kind",
         "IndexJobStatusEnum": "webapp.data.models.IndexJob.Status",
+        "ReachCheckStatusEnum": "webapp.data.models.ReachCheck.Status",
         "ControlRequestKindEnum": "webapp.runs.models.ControlRequest.Kind",
     },
     # Swagger UI's files come from the drf-spectacular-sidecar package, served as the site's static files.
