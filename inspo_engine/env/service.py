@@ -328,8 +328,8 @@ def serve(shelf: IndexShelf, host: str, port: int, *, workers: int = 1) -> None:
     SIGINT ignored). faiss searches one query per thread: the service's concurrency is its requests', and OpenMP's
     threads spinning beside them only slow every search down.
 
-    With `workers` > 1 the bound socket is shared by that many forked processes, each with its own shelf: a search
-    holds Python's lock for its scoring, so one process answers one search at a time, whatever its threads. Each
+    With `workers` > 1 the bound socket is shared by that many forked processes, each with its own shelf: tantivy
+    and faiss search without Python's lock, but HTTP and re-scoring hold it, one search at a time per process. Each
     worker opens an index on its first search there; the index files' pages are the operating system's, shared by
     all, while a dense index's codes are held once per worker. A worker that dies is started again."""
     import faiss

@@ -104,9 +104,9 @@ INSPO_RETRIEVAL_HOST = env_str("INSPO_RETRIEVAL_HOST", "127.0.0.1")
 INSPO_RETRIEVAL_PORT = env_int("INSPO_RETRIEVAL_PORT", 8100, minimum=1)
 """Where `manage.py retrieval_service` listens."""
 INSPO_RETRIEVAL_WORKERS = env_int("INSPO_RETRIEVAL_WORKERS", 0)
-"""Processes of `manage.py retrieval_service` sharing its port (0: one per core, at most 4). A search's scoring holds
-Python's lock, so one process answers one search at a time; each worker holds its own copy of a dense index's codes
-(96 bytes a passage), while the index files' pages are shared."""
+"""Processes of `manage.py retrieval_service` sharing its port (0: one per core, at most 4). The Python part of a
+search (HTTP, re-scoring) holds the interpreter's lock, one search at a time per process; each worker holds its own
+copy of a dense index's codes (96 bytes a passage), while the index files' pages are shared."""
 INSPO_RETRIEVAL_ENGINE = env_str("INSPO_RETRIEVAL_ENGINE", "embedded")
 """`embedded` (tantivy and faiss indexes under INSPO_CACHE_DIR/indexes) or `milvus` (a Milvus deployment at
 INSPO_MILVUS_URI: index jobs write its collections and the service searches them)."""
