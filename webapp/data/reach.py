@@ -82,6 +82,9 @@ def reach_check_start(*, target: ReachTarget, user: User) -> tuple[ReachCheck, b
     if check is not None and check.status == ReachCheck.Status.WAITING and _lost_its_job(check):
         ReachCheck.objects.filter(pk=check.pk, status=ReachCheck.Status.WAITING).update(status=ReachCheck.Status.FAILED)
         check.refresh_from_db()
+    if check is not None and check.status == ReachCheck.Status.QUEUED:  # its message may be lost: send it again
+        queued = check.pk  # (a second claim finds it taken)
+        transaction.on_commit(lambda: reach_check_send(queued))
     if check is not None and check.status not in (ReachCheck.Status.FAILED, ReachCheck.Status.CANCELLED):
         return check, False
     if check is None:

@@ -79,6 +79,8 @@ def test_a_check_waits_for_the_index_then_a_worker_finds_both_shares(
     one = start(alices_data, django_capture_on_commit_callbacks, k=1)  # another k is another check
     assert one.status_code == 201 and one.json()["status"] == "queued"  # the index is built: sent at once
     assert enqueued[-1] == (REACH_TASK, [one.json()["id"]], "cpu")
+    resent = start(alices_data, django_capture_on_commit_callbacks, k=1)  # still queued: its message may be lost
+    assert resent.status_code == 200 and enqueued[-2:] == [(REACH_TASK, [one.json()["id"]], "cpu")] * 2
     assert reach_execute(check_id=one.json()["id"]) == "done"
     assert ReachCheck.objects.get(pk=one.json()["id"]).reachable_topk <= 3
 
