@@ -15,7 +15,7 @@ from typing import Any, TypeVar, cast
 from uuid import UUID
 
 from django.conf import settings
-from django.contrib.postgres.aggregates import ArrayAgg, StringAgg
+from django.contrib.postgres.aggregates import StringAgg
 from django.core.cache import cache
 from django.db.models import Avg, Count, Max, QuerySet
 from django.db.models.functions import MD5
@@ -252,31 +252,23 @@ def run_population_columns(*, run: Run) -> dict[str, Any]:
     )
     index = {pk: i for i, (pk, *_) in enumerate(snapshots)}
     keys = dict(Instruction.objects.filter(run=run).order_by().values_list("pk", "key"))
-    # One row per instruction, its statistics already in arrays in snapshot order (PostgreSQL sorts and gathers
-    # them), rather than one row per membership placed by Python: a 300-step run has 2,000-odd memberships.
-    order = ("snapshot__step", "snapshot_id")
+    members: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     rows = (
         PopulationMember.objects.filter(snapshot__run=run)
-        .order_by()
-        .values("instruction_id")
-        .annotate(
-            snapshot_ids=ArrayAgg("snapshot_id", order_by=order),
-            **{f"{name}_column": ArrayAgg(name, order_by=order) for name in POPULATION_FIELDS},
-        )
-        .values_list("instruction_id", "snapshot_ids", *(f"{name}_column" for name in POPULATION_FIELDS))
+        .order_by()  # placed by snapshot index below; the default ordering would sort through the run
+        .values_list("snapshot_id", "instruction_id", *POPULATION_FIELDS)
     )
+    for snapshot_id, instruction_id, *values in rows:
+        members[keys[instruction_id]].append((index[snapshot_id], *values))
     instructions: list[dict[str, Any]] = []
-    for instruction_id, snapshot_ids, *values in rows:
-        positions = [index[pk] for pk in snapshot_ids]
-        start, span = positions[0], positions[-1] - positions[0] + 1
-        columns: list[list[Any]] = values
-        if span != len(positions):  # not a member in between: null there
-            columns = [[None] * span for _ in POPULATION_FIELDS]
-            for at, position in enumerate(positions):
-                for column, value in zip(columns, values, strict=True):
-                    column[position - start] = value[at]
-        entry = {"id": keys[instruction_id], "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))}
-        instructions.append(entry)
+    for key, stats in members.items():
+        stats.sort(key=lambda row: row[0])
+        start = stats[0][0]
+        columns: list[list[Any]] = [[None] * (stats[-1][0] - start + 1) for _ in POPULATION_FIELDS]
+        for position, *values in stats:
+            for column, value in zip(columns, values, strict=True):
+                column[position - start] = value
+        instructions.append({"id": key, "start": start, **dict(zip(POPULATION_FIELDS, columns, strict=True))})
     # First membership first; among those that joined together, the heavier first (the order the stacked chart uses).
     instructions.sort(key=lambda entry: (entry["start"], -entry["weight"][0], entry["id"]))
     return {

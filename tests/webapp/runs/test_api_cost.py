@@ -31,7 +31,7 @@ BUDGETS = {
     # endpoint: (queries of a run's first reader, of a later reader, most KiB); the sizes have about 10 % to spare
     "run detail": (4, 3, 4),
     "metric series": (3, 2, 55),
-    "population history": (5, 2, 215),
+    "population history": (6, 2, 215),
     "lineage": (6, 2, 120),
     "compare (4 runs)": (7, 4, 106),
 }
