@@ -190,6 +190,7 @@ def test_a_runs_table_has_em_and_f1_per_benchmark_from_its_answers_and_their_unw
     assert list(cells) == ["hotpotqa", "nq"]
     assert cells["nq"] == {
         "benchmark": "nq", "step": 4, "em": 0.25, "f1": 0.5, "n": 4, "per_question": True, "source": "training",
+        "excluded": None,  # nothing was asked to be left out (?exclude_overlap)
     }  # fmt: skip
     assert (cells["hotpotqa"]["em"], cells["hotpotqa"]["f1"], cells["hotpotqa"]["n"]) == (1.0, 1.0, 2)
     # Avg.: each benchmark weighs ½ — not the question-weighted (1 + 2) / 6 = 0.5
@@ -210,6 +211,7 @@ def test_an_evaluation_without_answers_or_f1_shows_its_stored_number_and_no_f1_a
     cells = {cell["benchmark"]: cell for cell in table(api(alice), run).json()["benchmarks"]}
     assert cells["nq"] | {"benchmark": "-"} == {
         "benchmark": "-", "step": 4, "em": 0.3, "f1": None, "n": 4, "per_question": False, "source": "training",
+        "excluded": None,
     }  # fmt: skip
     assert table(api(alice), run).json()["average"] == {"em": pytest.approx(0.4), "f1": None}
 
