@@ -77,7 +77,6 @@ FLUSH_ON = {
     "checkpoint_saved",
     "run_finished",
     "run_failed",
-    "eval_progress",
 }
 NOTE_KINDS = {
     "run_started",
@@ -184,7 +183,6 @@ class DatabaseSink:
             "instruction_pruned": self._on_instruction_pruned,
             "control_handled": self._on_control_handled,
             "eval_completed": self._on_eval_completed,
-            "eval_progress": self._on_eval_progress,
             "checkpoint_saved": self._on_checkpoint_saved,
             "run_finished": self._on_run_finished,
         }
@@ -195,6 +193,9 @@ class DatabaseSink:
         if self.superseded:
             raise ev.RunSuperseded(f"{self.attempt} no longer holds the run; its events are not stored")
         if event.kind in NOT_STORED:
+            return
+        if isinstance(event, ev.EvalProgress):  # shown at once, as one row update outside the batches of events
+            self._progress(event)
             return
         if isinstance(event, ev.CheckpointSaved):
             self.digests[event.path] = self._digest(event.path)  # hashed here: outside any transaction
@@ -516,6 +517,13 @@ class DatabaseSink:
         rows = _answer_rows(event.answers)
         if rows:
             batch.answers.append((evaluation, rows))
+
+    def _progress(self, event: ev.EvalProgress) -> None:
+        """The run's row gets where its evaluation stands now, while this attempt holds it."""
+        batch = _Batch()
+        self._on_eval_progress(event, batch)
+        rows = self.attempt.held() if self.attempt is not None else Run.objects.filter(pk=self.run_id)
+        rows.update(**batch.run_fields)
 
     def _on_eval_progress(self, event: ev.EvalProgress, batch: _Batch) -> None:
         """Where the evaluation in progress stands, and the seconds and questions of the run's finished ones (what
