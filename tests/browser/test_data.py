@@ -111,6 +111,8 @@ def test_data_uploaded_from_the_data_page_trains_and_evaluates_a_run_whose_table
         status = page.get_by_test_id("upload-status")
         status.get_by_text("question_field").wait_for()
         assert "the keys gold, q" in status.inner_text() and page.get_by_test_id("staged").is_hidden()
+        assert [e for e in pages.errors if "400 (Bad Request)" not in e] == []  # the refusal's own answer only
+        pages.errors.clear()
         page.get_by_label("Question field").fill("q")
         page.get_by_label("Answers field").fill("gold.a")
         page.get_by_test_id("upload").click()
