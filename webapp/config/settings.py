@@ -369,6 +369,8 @@ SPECTACULAR_SETTINGS = {
         "IndexJobStatusEnum": "webapp.data.models.IndexJob.Status",
         "ReachCheckStatusEnum": "webapp.data.models.ReachCheck.Status",
         "ControlRequestKindEnum": "webapp.runs.models.ControlRequest.Kind",
+        "LeakageKindEnum": ["exact", "near"],
+        "LeakageStatusEnum": ["done", "checking", "failed"],
     },
     # Swagger UI's files come from the drf-spectacular-sidecar package, served as the site's static files.
     "SWAGGER_UI_DIST": "SIDECAR",
