@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { benchmarkTable, columnLabel, formatDelta } from "../src/transforms/benchmarks";
+import { benchmarkTable, columnLabel, formatDelta, formatPoints } from "../src/transforms/benchmarks";
 import type { Comparison } from "../src/types";
 
 const run = (id: string, name: string) => ({
@@ -127,7 +127,19 @@ describe("benchmarkTable", () => {
 });
 
 describe("formatDelta", () => {
-  it("always shows a sign", () => {
-    expect([formatDelta(0.0213), formatDelta(-0.004), formatDelta(0.00001)]).toEqual(["+0.021", "−0.004", "±0.000"]);
+  it("always shows a sign, in points", () => {
+    expect([formatDelta(0.0213), formatDelta(-0.004), formatDelta(0.0001)]).toEqual(["+2.1", "−0.4", "±0.0"]);
+  });
+});
+
+describe("formatPoints", () => {
+  it("writes a score of 0–1 in points of 0–100, as the verdicts do", () => {
+    expect([formatPoints(0.6), formatPoints(0), formatPoints(1), formatPoints(0.12345)]).toEqual([
+      "60.0",
+      "0.0",
+      "100.0",
+      "12.3",
+    ]);
+    expect([formatPoints(null), formatPoints(undefined), formatPoints(Number.NaN)]).toEqual(["—", "—", "—"]);
   });
 });

@@ -107,7 +107,7 @@ def test_a_tie_at_zero_stars_no_run_in_the_compare_table(browser, live_server, a
     table = pages.page.get_by_test_id("benchmark-table")
     table.wait_for()
     body = table.locator("tbody").inner_text()
-    assert "0.000" in body and "★" not in body and table.locator(".best-mark").count() == 0
+    assert "0.0" in body and "★" not in body and table.locator(".best-mark").count() == 0
     pages.assert_no_errors("the compare page")
 
 
@@ -129,10 +129,12 @@ def test_the_compare_table_shows_each_cells_questions_and_marks_a_column_scored_
     assert table.locator('th[data-column="hotpotqa"] .questions-mark').count() == 0
     other_row = table.locator("tbody tr").nth(1)
     nq = other_row.locator('td[data-column="nq"]').inner_text()
-    assert "0.750" in nq and "n=4" in nq and "+0.500" in nq and "on 2 shared" in nq  # not 0.75 − 0.5
+    # in EM points, as the verdicts write them: 75.0 over its 4 questions, +50.0 on the 2 shared (not 75.0 − 50.0)
+    assert nq.startswith("75.0") and "n=4" in nq and "+50.0" in nq and "on 2 shared" in nq
     hotpotqa = other_row.locator('td[data-column="hotpotqa"]').inner_text()
-    assert "n=2" in hotpotqa and "+0.500" in hotpotqa and "shared" not in hotpotqa  # all of its questions
+    assert "n=2" in hotpotqa and "+50.0" in hotpotqa and "shared" not in hotpotqa  # all of its questions
     assert "questions both scored" in table.locator("caption").inner_text()
+    assert table.locator("thead th").first.inner_text() == "Run (EM points, 0–100)"  # the unit, in the header
     pages.shoot("compare-question-sets")
     pages.assert_no_errors("the compare page with different questions")
 

@@ -3,8 +3,15 @@
 
 import { Api, describeError } from "../api";
 import { colorAt, createChart, linePanel, linkCharts, PANELS, type Chart, type PanelKey } from "../charts";
-import { byTestId, fill, formatNumber, h } from "../dom";
-import { AVERAGE, benchmarkTable, columnLabel, formatDelta, type BenchmarkTable } from "../transforms/benchmarks";
+import { byTestId, fill, h } from "../dom";
+import {
+  AVERAGE,
+  benchmarkTable,
+  columnLabel,
+  formatDelta,
+  formatPoints,
+  type BenchmarkTable,
+} from "../transforms/benchmarks";
 import { formatValue } from "../transforms/configDiff";
 import { ema, points } from "../transforms/smoothing";
 import type { Comparison, CompareRun, CompareSeries, Page, QuestionSets, Run } from "../types";
@@ -195,7 +202,7 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
   const head = h(
     "tr",
     {},
-    h("th", { scope: "col", text: "Run" }),
+    h("th", { scope: "col", text: `Run (${table.metric.toUpperCase()} points, 0–100)` }),
     ...table.columns.map((column) => {
       const mark = QUESTION_MARKS[column.questions];
       return h(
@@ -226,7 +233,7 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
         h(
           "td",
           { class: `num${cell.best ? " best" : ""}`, "data-column": cell.column, title: cell.source },
-          cell.best ? h("strong", { text: formatNumber(cell.value) }) : formatNumber(cell.value),
+          cell.best ? h("strong", { text: formatPoints(cell.value) }) : formatPoints(cell.value),
           cell.best ? h("span", { class: "best-mark", title: "best in this column", text: " ★" }) : null,
           cell.questions !== null
             ? h("span", { class: "questions muted", title: "questions scored", text: ` n=${cell.questions}` })
@@ -263,9 +270,10 @@ function renderBenchmarks(root: HTMLElement, table: BenchmarkTable): void {
         { "data-testid": "benchmark-table" },
         h("caption", {
           text:
-            `${table.metric.toUpperCase()} per benchmark and the questions it was scored on (n); ★ best in the column ` +
+            `${table.metric.toUpperCase()} per benchmark in points (0–100) and the questions it was scored on (n); ` +
+            "★ best in the column " +
             "(every run tied for it; none when all are equal); ≠ marks a column whose runs were scored on different " +
-            "questions; signed numbers are deltas against the baseline, on the questions both scored.",
+            "questions; signed numbers are deltas against the baseline in points, on the questions both scored.",
         }),
         h("thead", {}, head),
         h("tbody", {}, ...rows),

@@ -92,9 +92,15 @@ function cellSource(row: BenchmarkRow, column: string): string | null {
   return `step ${step}, ${n} question${n === 1 ? "" : "s"}`;
 }
 
-/** "+0.021" / "−0.004" / "±0.000": always signed so a column of deltas reads at a glance. */
+/** A score (0–1) in points (0–100), the unit the verdicts and the experiment page use: 0.6 → "60.0". */
+export function formatPoints(value: number | null | undefined): string {
+  return value === null || value === undefined || !Number.isFinite(value) ? "—" : (100 * value).toFixed(1);
+}
+
+/** A difference of scores (0–1) in signed points: "+2.1" / "−0.4" / "±0.0", always signed so a column of deltas
+ * reads at a glance. */
 export function formatDelta(delta: number): string {
-  const text = Math.abs(delta).toFixed(3);
-  if (text === "0.000") return "±0.000";
+  const text = Math.abs(100 * delta).toFixed(1);
+  if (text === "0.0") return "±0.0";
   return delta > 0 ? `+${text}` : `−${text}`;
 }

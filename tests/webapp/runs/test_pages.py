@@ -352,15 +352,17 @@ def table_cells(html: str, row: str) -> dict[str, str]:
 def test_the_run_page_shows_table_1_with_each_benchmark_and_the_unweighted_average(browser, evaluated):
     html = browser.get(reverse("runs:detail", kwargs={"run_id": evaluated.pk})).content.decode()
     assert has_testid(html, "run-table") and 'data-step="final"' in html
-    assert table_cells(html, "em") == {"hotpotqa": "1.000", "nq": "0.250", "average": "0.625"}  # not 3/6 = 0.500
-    assert table_cells(html, "f1") == {"hotpotqa": "1.000", "nq": "0.250", "average": "0.625"}
+    # in EM points, the verdicts' unit, which the header names
+    assert table_cells(html, "em") == {"hotpotqa": "100.0", "nq": "25.0", "average": "62.5"}  # not 3/6 = 50.0
+    assert table_cells(html, "f1") == {"hotpotqa": "100.0", "nq": "25.0", "average": "62.5"}
+    assert '<th scope="col">Metric (points, 0–100)</th>' in html
     assert '<option value="2">step 2</option>' in html and "Avg." in html
 
 
 def test_the_run_page_shows_table_1_of_a_chosen_step_and_says_why_it_cannot_show_another(browser, evaluated):
     page = reverse("runs:detail", kwargs={"run_id": evaluated.pk})
     at_two = browser.get(page, {"table_step": "2"}).content.decode()
-    assert 'data-step="2"' in at_two and table_cells(at_two, "em") == {"nq": "0.250", "average": "0.250"}
+    assert 'data-step="2"' in at_two and table_cells(at_two, "em") == {"nq": "25.0", "average": "25.0"}
     assert '<option value="2" selected>' in at_two
     for asked in ("3", "two"):
         html = browser.get(page, {"table_step": asked}).content.decode()
