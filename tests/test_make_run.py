@@ -1,6 +1,7 @@
 """`make web-serve` (the foreground part of `make run`) for real: gunicorn and both Celery workers on the embedded
-SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a
-SIGINT to its process group (Ctrl-C in a terminal). Every process of the tree exits, once, and the log stays short
+SQLite database and filesystem broker, stopped by a SIGTERM to `make` (kill, systemd, a container stop) or by a ^C
+typed on its terminal (a pseudo-terminal here, whose line discipline signals the foreground process group as a user's
+terminal does; the log is what that terminal showed). Every process of the tree exits, once, and the log stays short
 and holds no WARNING or ERROR line, ending in "INSPO stopped (INT)" after a Ctrl-C; the address and the demo login
 come last, in a box; gunicorn's control socket is the instance's own, in its state folder. `make install` keeps pip's
 output unless a step fails."""
@@ -8,12 +9,16 @@ output unless a step fails."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import pty
 import re
 import signal
 import socket
 import subprocess
 import sys
+import termios
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -60,13 +65,20 @@ def embedded_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 @dataclass
 class Served:
-    """`make web-serve` in a session of its own (as a terminal gives it a process group), and its log."""
+    """`make web-serve` in a session of its own whose controlling terminal is a pseudo-terminal (`terminal`: its
+    master side), and the log of everything the terminal showed."""
 
     make: subprocess.Popen[bytes]
     log: Path
     port: int
     retrieval_port: int
+    terminal: int
     seen: tuple[psutil.Process, ...] = ()
+
+    def type_ctrl_c(self) -> None:
+        """What a user's Ctrl-C is: the ^C character typed on the terminal, which its line discipline turns into a
+        SIGINT to the foreground process group."""
+        os.write(self.terminal, b"\x03")
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -100,17 +112,39 @@ def answers(port: int) -> bool:
         return False
 
 
+def copy_terminal(master: int, log: Path) -> None:
+    """Appends what the terminal shows to `log` until every process holding the terminal has closed it."""
+    with log.open("ab", buffering=0) as out:
+        while True:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: no process holds the terminal any more
+                return
+            if not data:
+                return
+            out.write(data.replace(b"\r\n", b"\n"))
+
+
 @pytest.fixture
 def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
     port, retrieval_port = free_port(), free_port()
     log = tmp_path / "make-run.log"
+    log.touch()
     command = ["make", "--no-print-directory", "-o", "install", "-o", "web-migrate", "-o", "web-static"]
     command += ["web-serve", f"WEB_PORT={port}", f"RETRIEVAL_PORT={retrieval_port}"]
-    with log.open("wb") as out:
-        make = subprocess.Popen(
-            command, cwd=REPO, env=embedded_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    server = Served(make, log, port, retrieval_port)
+    master, slave = pty.openpty()
+
+    def own_terminal() -> None:  # a session of its own, with the pseudo-terminal as its controlling terminal
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    make = subprocess.Popen(
+        command, cwd=REPO, env=embedded_env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal
+    )
+    os.close(slave)
+    reader = threading.Thread(target=copy_terminal, args=(master, log), daemon=True)
+    reader.start()
+    server = Served(make, log, port, retrieval_port, master)
     try:
         yield server
     finally:  # whatever a failed test left behind, by pid
@@ -118,6 +152,8 @@ def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
             with contextlib.suppress(psutil.NoSuchProcess):
                 process.kill()
         make.wait(timeout=10)
+        reader.join(timeout=10)
+        os.close(master)
 
 
 def assert_all_gone(tree: list[psutil.Process], served: Served) -> None:
@@ -149,10 +185,15 @@ def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served, 
 
 def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
     tree = served.wait_up()
-    os.killpg(served.make.pid, signal.SIGINT)  # what a terminal sends to its foreground process group
+    served.type_ctrl_c()
     assert_all_gone(tree, served)
+    served.make.wait(timeout=10)
+    deadline = time.monotonic() + 10  # the terminal's last bytes, read after make exited
+    while "INSPO stopped" not in served.text() and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert_short_log(served, warm_shutdowns=4)  # Celery may log a Ctrl-C's warm shutdown twice per worker
-    assert served.text().rstrip().splitlines()[-1] == "INSPO stopped (INT)", served.text()[-3000:]  # after the rest
+    lines = [line for line in served.text().splitlines() if line.strip() and line.strip() != "^C"]
+    assert lines[-1] == "INSPO stopped (INT)", served.text()[-3000:]  # after the rest, on the user's terminal
 
 
 def test_the_address_and_the_demo_login_come_last_in_a_box(served: Served, embedded_env: dict[str, str]) -> None:
