@@ -134,18 +134,10 @@ class DatasetListCreateApi(APIView):
         "limit; 400 past the team's total. 403 for a viewer.",
     )
     def post(self, request: Request) -> Response:
-        user = acting_user(request)
-        data = self.UploadInput(data=request.data)  # reading the body runs the upload handler
-        if upload_too_large(request._request):
+        upload = read_upload(request)
+        if upload is None:
             return Response({"detail": services.too_large_message()}, status=413)
-        data.is_valid(raise_exception=True)
-        fields = data.validated_data
-        team = team_for_submission(user=user, slug=fields.get("team"))
-        upload = fields["file"]
-        uploaded = services.dataset_upload(
-            team=team, user=user, name=fields["name"], kind=fields["kind"], split=fields.get("split", ""),
-            upload=upload, filename=upload.name, mapping=_mapping(fields),
-        )  # fmt: skip
+        uploaded = services.dataset_upload(**upload)
         body = VersionOutputSerializer(uploaded.version).data | {
             "dataset": DatasetOutputSerializer(uploaded.version.dataset).data,
             "created": uploaded.created,
@@ -155,8 +147,27 @@ class DatasetListCreateApi(APIView):
         return Response(body, status=201 if uploaded.created else 200)
 
 
-def _mapping(fields: dict[str, Any]) -> FieldMap:
-    return FieldMap(fields.get("question_field", ""), fields.get("answers_field", ""), fields.get("id_field", ""))
+def read_upload(request: Request) -> dict[str, Any] | None:
+    """An upload request's body, checked (a 400 for a bad field), as the keyword arguments of
+    `services.dataset_upload` and `staging.upload_stage`: the acting user, the team it is for, the file and its
+    fields; None when the body was past the upload limit (the caller answers 413)."""
+    user = acting_user(request)
+    data = DatasetListCreateApi.UploadInput(data=request.data)  # reading the body runs the upload handler
+    if upload_too_large(request._request):
+        return None
+    data.is_valid(raise_exception=True)
+    fields = data.validated_data
+    mapping = FieldMap(fields.get("question_field", ""), fields.get("answers_field", ""), fields.get("id_field", ""))
+    return {
+        "team": team_for_submission(user=user, slug=fields.get("team")),
+        "user": user,
+        "name": fields["name"],
+        "kind": fields["kind"],
+        "split": fields.get("split", ""),
+        "upload": fields["file"],
+        "filename": fields["file"].name,
+        "mapping": mapping,
+    }
 
 
 class DatasetDetailApi(APIView):

@@ -15,13 +15,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.accounts.permissions import acting_user
-from webapp.accounts.selectors import team_for_submission
 from webapp.core.api import error_responses
 
 from . import services, staging
-from .apis import DatasetListCreateApi, DatasetOutputSerializer, VersionOutputSerializer, _mapping
+from .apis import DatasetListCreateApi, DatasetOutputSerializer, VersionOutputSerializer, read_upload
 from .models import StagedUpload
-from .uploads import upload_too_large
 
 
 class StagedOutputSerializer(serializers.ModelSerializer[StagedUpload]):
@@ -60,18 +58,10 @@ class UploadPreviewApi(APIView):
         "is kept until `POST /api/v1/datasets/staged/<id>/confirm/`; a team holds at most three staged uploads.",
     )
     def post(self, request: Request) -> Response:
-        user = acting_user(request)
-        data = DatasetListCreateApi.UploadInput(data=request.data)  # reading the body runs the upload handler
-        if upload_too_large(request._request):
+        upload = read_upload(request)
+        if upload is None:
             return Response({"detail": services.too_large_message()}, status=413)
-        data.is_valid(raise_exception=True)
-        fields = data.validated_data
-        team = team_for_submission(user=user, slug=fields.get("team"))
-        upload = fields["file"]
-        staged = staging.upload_stage(
-            team=team, user=user, name=fields["name"], kind=fields["kind"], split=fields.get("split", ""),
-            upload=upload, filename=upload.name, mapping=_mapping(fields),
-        )  # fmt: skip
+        staged = staging.upload_stage(**upload)
         return Response(StagedOutputSerializer(staged).data, status=201)
 
 
