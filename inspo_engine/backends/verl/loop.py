@@ -25,7 +25,7 @@ import numpy as np
 
 from ...coevolution import CoEvolution, RunResult, evaluation_file, write_answers
 from ...env.protocol import Placement, chat_messages
-from ...events import EvalCompleted, TrackerFailed
+from ...events import EvalCompleted, EvalProgress, TrackerFailed
 from ...policy import QuestionResult
 from ...population import Instruction, Population
 from ...replay import ReplayBuffer
@@ -200,6 +200,13 @@ class VerlLoop:
         self.coevolution.step_boundary()
 
     # -- evaluation and the end ----------------------------------------------------------------------------
+
+    def evaluating(self, step: int, done: int, total: int, benchmark: str = "") -> None:
+        """EvalProgress: verl's validation of `step` has answered `done` of its `total` questions (0 when verl's
+        validation set has no length), sent as it starts and after each batch, as the torch backend's evaluation
+        sends it after each chunk; `benchmark` is the data source of the question answered last (as EvalCompleted
+        names it)."""
+        self.coevolution.sink.emit(EvalProgress(step=step, done=done, total=max(total, done), benchmark=benchmark))
 
     def evaluated(
         self,

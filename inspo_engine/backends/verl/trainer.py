@@ -45,10 +45,13 @@ Merge = Callable[[Path, Path], None]
 
 class ValidationRecorder:
     """The rollout manager while verl validates: each question's result (its id, EM, F1 and answer, from the
-    episode's summary) kept by data source, once per question (verl pads a batch with copies of its first rows)."""
+    episode's summary) kept by data source, once per question (verl pads a batch with copies of its first rows).
+    `progress(done, benchmark)` is told after each batch how many questions have been answered, and over which
+    data source the batch's last question was."""
 
-    def __init__(self, manager: Any) -> None:
+    def __init__(self, manager: Any, progress: Callable[[int, str], None] | None = None) -> None:
         self.manager = manager
+        self.progress = progress
         self.results: dict[str, list[QuestionResult]] = {}
         self._seen: set[tuple[str, str]] = set()
 
@@ -63,6 +66,8 @@ class ValidationRecorder:
             answer = fields["inspo_answer"][i]
             result = QuestionResult(question, float(fields["inspo_em"][i]), float(fields["inspo_f1"][i]), answer)
             self.results.setdefault(source, []).append(result)
+        if self.progress is not None and len(rows["data_source"]):
+            self.progress(len(self._seen), str(rows["data_source"][-1]))
         return output
 
     def __getattr__(self, name: str) -> Any:
@@ -201,14 +206,15 @@ class InspoRayPPOTrainer(RayPPOTrainer):
     def _validate(self, merged: bool = False) -> Any:
         self._validating, self._val_counts = True, Counter()
         manager: Any = self.async_rollout_manager  # type: ignore[has-type]
-        recorder = ValidationRecorder(manager)
+        step, total = int(self.global_steps), len(getattr(self, "val_dataset", None) or ())
+        self.inspo.evaluating(step, 0, total)
+        recorder = ValidationRecorder(manager, lambda done, source: self.inspo.evaluating(step, done, total, source))
         self.async_rollout_manager = recorder
         try:
             metrics = super()._validate(merged)
         finally:
             self._validating, self.async_rollout_manager = False, manager
         if isinstance(metrics, dict) and self._val_counts:
-            step = int(self.global_steps)
             self.inspo.evaluated(step, metrics, self._val_counts, self._val_best.id, answers=recorder.results)
         return metrics
 

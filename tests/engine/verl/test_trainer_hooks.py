@@ -29,6 +29,7 @@ from inspo_engine.env.protocol import chat_messages  # noqa: E402
 from inspo_engine.events import (  # noqa: E402
     CheckpointSaved,
     EvalCompleted,
+    EvalProgress,
     EvolutionCompleted,
     InstructionPruned,
     InstructionVerified,
@@ -289,8 +290,12 @@ def test_validation_keeps_each_questions_result_once_and_the_evaluation_pairs_on
     assert instruction_of(fields["raw_prompt"][0]).count("search") >= 4  # the fake's reward 1: the gold answer
     fields["raw_prompt"][1] = [{"role": "system", "content": "Answer."}, *fields["raw_prompt"][1][1:]]  # reward 0
     padded = DataProto.concat([batch, batch[:2]])  # verl pads to the workers' divisor with copies of first rows
-    recorder = ValidationRecorder(h.manager)
+    recorder = ValidationRecorder(h.manager, lambda done, source: h.loop.evaluating(100, done, 4, source))
+    h.loop.evaluating(100, 0, 4)
     recorder.generate_sequences(padded)
+    # the run page's progress: as it starts, then after the batch, its padding not counted twice
+    progress = [(e.step, e.done, e.total) for e in h.sink.of(EvalProgress)]
+    assert progress == [(100, 0, 4), (100, len(batch), 4)] and len(batch) == 4
     ids = [info["question_id"] for info in fields["extra_info"]]
     assert [r.question_id for r in recorder.results["nq"]] == [ids[0], ids[1], ids[3]]
     assert [r.question_id for r in recorder.results["hotpotqa"]] == [ids[2]]
