@@ -4,6 +4,7 @@ shape (`RunReadApi`)."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.http import HttpResponse
@@ -17,7 +18,7 @@ from webapp.accounts.models import Team, User
 from webapp.accounts.permissions import acting_user
 from webapp.accounts.selectors import team_for_submission
 from webapp.core.api import ConfigField, PagePagination, error_responses, query_once
-from webapp.core.responses import cached_json
+from webapp.core.responses import cached_json, json_bytes
 from webapp.data import leakage
 
 from .. import selectors, services
@@ -130,6 +131,10 @@ class RunReadApi(APIView):
     def read(self, run: Run, **query: Any) -> Any:
         raise NotImplementedError
 
+    def cache_key(self, run: Run) -> str | None:
+        """The key a settled run's answer is cached under (see `cache_name`); None: built on every read."""
+        return selectors.run_cache_key(run=run, name=self.cache_name) if self.cache_name is not None else None
+
     def render(self, run: Run, **query: Any) -> Any:
         data = self.read(run, **query)
         return data if self.columns else self.output(data, many=self.many).data
@@ -142,8 +147,7 @@ class RunReadApi(APIView):
             filters.is_valid(raise_exception=True)
             params = dict(filters.validated_data)
         run = selectors.run_get(user=user, run_id=run_id, related=self.related)
-        key = selectors.run_cache_key(run=run, name=self.cache_name) if self.cache_name is not None else None
-        return cached_json(request, key, lambda: self.render(run, **params))
+        return cached_json(request, self.cache_key(run), lambda: self.render(run, **params))
 
 
 @extend_schema_view(
@@ -158,6 +162,22 @@ class RunDetailApi(RunReadApi):
 
     def read(self, run: Run, **query: Any) -> Any:
         return run
+
+    def cache_key(self, run: Run) -> str | None:
+        """A settled run's detail still changes with what can be edited or happen after it settled (its name, tags,
+        creator's and team's names, and an evaluation requested of its checkpoints): their digest is in the key."""
+        edits = [
+            run.name,
+            sorted(tag.name for tag in run.tags.all()),  # prefetched with the run
+            run.team.slug,
+            run.creator.username if run.creator else None,
+            run.best_instruction_id,
+            run.error,
+            run.heartbeat_at,
+            run.evaluation_progress,
+        ]
+        digest = hashlib.blake2b(json_bytes(edits), digest_size=8).hexdigest()
+        return selectors.run_cache_key(run=run, name=f"detail:{digest}")
 
 
 @extend_schema_view(
