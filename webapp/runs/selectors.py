@@ -562,9 +562,13 @@ def best_instruction(*, run: Run) -> dict[str, Any] | None:
 
 
 def runs_get(*, user: AnyUser, run_ids: list[UUID]) -> list[Run]:
-    """Several runs of the user's teams in the order asked; 404 if any is missing or another team's."""
+    """Several runs of the user's teams in the order asked, with their tags (what a comparison reads: not their
+    team, creator or best instruction, which would only widen the query); 404 if any is missing or another team's."""
     wanted = list(dict.fromkeys(run_ids))
-    found = {run.pk: run for run in run_list(user=user).filter(pk__in=wanted)}
+    if not user.is_authenticated:
+        raise Http404("no such run")
+    runs = Run.objects.filter(pk__in=wanted, team__memberships__user=user).prefetch_related("tags").order_by()
+    found = {run.pk: run for run in runs}
     if len(found) != len(wanted):
         raise Http404("no such run")
     return [found[pk] for pk in wanted]
@@ -622,7 +626,9 @@ def benchmark_table(runs: list[Run], *, metric: str) -> dict[str, Any]:
     return _compare_table(runs, metric=metric)[0]
 
 
-def _compare_table(runs: list[Run], *, metric: str) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]:
+def _compare_table(
+    runs: list[Run], *, metric: str, versions: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, dict[str, Any]]]]:
     """Table 1 of the paper for these runs: rows are runs, columns the benchmarks any of them was evaluated on,
     each cell the run's newest evaluation's `metric` (see `newest_evaluations`); `average` ("Avg.") is the unweighted
     mean over the table's columns, given only for a run with a value in every column (an average over other
@@ -630,15 +636,10 @@ def _compare_table(runs: list[Run], *, metric: str) -> tuple[dict[str, Any], dic
     leaving out columns where no run is ahead of another. Each row also says the step and the questions (n) of every
     value, and `questions` says per column whether its runs were scored on the same questions (`question_sets`).
     Also returns the cells behind the values (run id → column → cell, with its `evaluation_id` and `digest`)."""
-    newest = newest_evaluations(runs, ids=True)
     scored = {
         run_id: {name: cell for name, cell in cells.items() if cell[metric] is not None}
-        for run_id, cells in newest.items()
+        for run_id, cells in _newest_cells(runs, versions).items()
     }
-    digests = _question_digests(cell["evaluation_id"] for cells in scored.values() for cell in cells.values())
-    for found in scored.values():
-        for cell in found.values():
-            cell["digest"] = digests.get(cell["evaluation_id"]) if cell["per_question"] else None
     values = {run_id: {name: cell[metric] for name, cell in cells.items()} for run_id, cells in scored.items()}
     columns = sorted({benchmark for by_name in values.values() for benchmark in by_name})
     cells: dict[str, dict[str, float]] = {}  # column → run id → value
@@ -788,6 +789,46 @@ def _mean_of(values: Iterable[float | None]) -> float | None:
     return sum(value for value in items if value is not None) / len(items)
 
 
+def evaluation_versions(runs: list[Run]) -> dict[str, str]:
+    """Per run with evaluations, the count and newest id of its evaluations ("12:3456"): what changes when a settled
+    run is evaluated again."""
+    counts = (
+        Evaluation.objects.filter(run__in=runs)
+        .order_by()
+        .values("run_id")
+        .annotate(count=Count("id"), newest=Max("id"))
+        .values_list("run_id", "count", "newest")
+    )
+    return {str(run_id): f"{count}:{newest}" for run_id, count, newest in counts}
+
+
+def _newest_cells(runs: list[Run], versions: dict[str, str] | None = None) -> dict[str, dict[str, dict[str, Any]]]:
+    """`newest_evaluations(runs, ids=True)` with each cell's question `digest` (`_question_digests`; None where it
+    kept no per-question results). A settled run's cells are kept in the cache under its version and its
+    `evaluation_versions` (a settled run can still be evaluated again), so comparing it again, with any other runs,
+    reads one row of counts for it instead of every answer of every evaluation it made."""
+    evaluated = evaluation_versions(runs) if versions is None else versions
+    keys = {
+        str(run.pk): key
+        for run in runs
+        if str(run.pk) in evaluated
+        and (key := run_cache_key(run=run, name=f"newest-evaluations:{evaluated[str(run.pk)]}")) is not None
+    }
+    kept = cache.get_many(list(keys.values())) if keys else {}
+    cells = {run_id: kept[key] for run_id, key in keys.items() if key in kept}
+    missing = [run for run in runs if str(run.pk) in evaluated and str(run.pk) not in cells]
+    if missing:
+        fresh = newest_evaluations(missing, ids=True)
+        chosen = (cell["evaluation_id"] for found in fresh.values() for cell in found.values() if cell["per_question"])
+        digests = _question_digests(chosen)
+        for found in fresh.values():
+            for cell in found.values():
+                cell["digest"] = digests.get(cell["evaluation_id"]) if cell["per_question"] else None
+        cache.set_many({keys[run_id]: found for run_id, found in fresh.items() if run_id in keys}, CACHED_JSON_S)
+        cells |= fresh
+    return cells
+
+
 def _question_digests(evaluation_ids: Iterable[int]) -> dict[int, str]:
     """Per evaluation that kept its per-question results, a digest of the ids of the questions it scored (equal
     digests: the same questions); PostgreSQL computes them, so one row per evaluation comes back, not its answers."""
@@ -909,26 +950,32 @@ def _compare_series(runs: list[Run]) -> dict[str, dict[str, list[Any]]]:
     return {str(run.pk): series[str(run.pk)] for run in runs}
 
 
-def comparison_cache_key(*, runs: list[Run], metric: str, baseline: Run | None) -> str | None:
+def comparison_cache_key(
+    *, runs: list[Run], metric: str, baseline: Run | None, versions: dict[str, str] | None = None
+) -> str | None:
     """A cache key for the comparison of these runs (`run_compare`) once none of them is active; None before. It
-    holds each run's version (`run_cache_key`), name and tags, and the number and newest id of their evaluations: a
-    settled run can still be renamed, tagged and evaluated again, and each changes what the comparison shows."""
+    holds each run's version (`run_cache_key`), name and tags, and its `evaluation_versions` (read here unless
+    given): a settled run can still be renamed, tagged and evaluated again, and each changes what the comparison
+    shows."""
     parts = [metric, str(baseline.pk) if baseline is not None else "-"]
     for run in runs:
         key = run_cache_key(run=run, name="compare")
         if key is None:
             return None
         parts += [key, run.name, *run_tag_names(run=run)]
-    evaluations = Evaluation.objects.filter(run__in=runs).aggregate(count=Count("id"), newest=Max("id"))
-    parts.append(f"{evaluations['count']}:{evaluations['newest']}")
+    evaluated = evaluation_versions(runs) if versions is None else versions
+    parts += [evaluated.get(str(run.pk), "-") for run in runs]
     digest = hashlib.blake2b("\n".join(parts).encode(), digest_size=16).hexdigest()
     return f"runs:v{CACHE_VERSION}:compare:{digest}"
 
 
-def run_compare(*, runs: list[Run], metric: str = "em", baseline: Run | None = None) -> dict[str, Any]:
+def run_compare(
+    *, runs: list[Run], metric: str = "em", baseline: Run | None = None, versions: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Everything the compare page shows: the Fig. 2 series of each run, the benchmark table, the config fields
-    that differ, and deltas against the baseline run (one of `runs`) with the questions each is over."""
-    table, scored = _compare_table(runs, metric=metric)
+    that differ, and deltas against the baseline run (one of `runs`) with the questions each is over. `versions`:
+    the runs' `evaluation_versions`, when the caller has read them."""
+    table, scored = _compare_table(runs, metric=metric, versions=versions)
     baseline_id = str(baseline.pk) if baseline is not None else None
     deltas, questions = benchmark_deltas(table, scored, baseline=baseline_id) if baseline_id else ({}, {})
     return {

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.renderers import JSONRenderer
 
 from tests.factories import CheckpointFactory, EvaluationFactory, RunFactory, StepMetricFactory
@@ -317,6 +319,25 @@ def test_a_settled_comparison_is_cached_until_a_run_is_evaluated_again_renamed_o
     runs[1].status = Run.Status.RUNNING
     runs[1].save()
     assert selectors.comparison_cache_key(runs=runs, metric="em", baseline=None) is None
+
+
+def test_a_settled_run_compared_again_with_other_runs_reads_none_of_its_answers(alice, alice_team, api):
+    runs = [RunFactory(team=alice_team, creator=alice, status=Run.Status.FINISHED) for _ in range(3)]
+    for run, ems in zip(runs, ([1, 0], [1, 1], [0, 0]), strict=True):
+        evaluation = EvaluationFactory(run=run, benchmark="nq", value=0.5, n=2)
+        EvaluationAnswer.objects.bulk_create(
+            EvaluationAnswer(evaluation=evaluation, question_id=f"q{i}", em=em, f1=em) for i, em in enumerate(ems)
+        )
+    client = api(alice)
+    assert compare(client, runs[0], runs[1]).status_code == 200 and compare(client, runs[2]).status_code == 200
+    with CaptureQueriesContext(connection) as queries:  # a comparison not made before, of runs compared before
+        body = compare(client, runs[2], runs[0], runs[1], baseline=str(runs[2].pk)).json()
+    assert not [q["sql"] for q in queries if "runs_evaluationanswer" in q["sql"]]
+    assert [row["values"] for row in body["benchmarks"]["rows"]] == [{"nq": 0.0}, {"nq": 0.5}, {"nq": 1.0}]
+    assert body["deltas"][str(runs[1].pk)] == {"nq": 1.0, "average": 1.0}
+    assert body["benchmarks"]["questions"] == {"nq": "same"}
+    cache.clear()
+    assert compare(client, runs[2], runs[0], runs[1], baseline=str(runs[2].pk)).json() == body  # as computed afresh
 
 
 def test_an_unchanged_comparison_polled_with_its_etag_is_a_304_without_a_body(alice, alice_team, api):

@@ -63,10 +63,11 @@ class CompareApi(APIView):
         runs = selectors.runs_get(user=user, run_ids=values["runs"])
         baseline = next((run for run in runs if run.pk == values.get("baseline")), None)
         metric = values["metric"]
+        versions = selectors.evaluation_versions(runs)  # read once: the cache key and a new comparison need them
         # Sent as the selector makes it: the serializer documents it, but would copy every number of the series one
         # field call at a time (a test holds the two to the same answer).
         return cached_json(
             request,
-            selectors.comparison_cache_key(runs=runs, metric=metric, baseline=baseline),
-            lambda: selectors.run_compare(runs=runs, metric=metric, baseline=baseline),
+            selectors.comparison_cache_key(runs=runs, metric=metric, baseline=baseline, versions=versions),
+            lambda: selectors.run_compare(runs=runs, metric=metric, baseline=baseline, versions=versions),
         )
