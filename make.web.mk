@@ -39,7 +39,8 @@ web-demo-user: web-migrate
 # shared by every instance of the machine's user).
 # Ctrl-C or a SIGTERM to make stops all four, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
 # each of them already (the terminal signals the whole process group), so it is not repeated. If one of them exits
-# on its own, the others are stopped too.
+# on its own, the others are stopped too. The stop is announced as soon as it is asked for ("INSPO stopping"), since
+# the workers take seconds to finish after the web server's last line, and its end last ("INSPO stopped").
 web-serve: SHELL := /bin/bash
 # Its runs search through the retrieval service it starts (an operator's own INSPO_RETRIEVAL_URL is kept).
 web-serve: export INSPO_RETRIEVAL_PORT := $(RETRIEVAL_PORT)
@@ -57,6 +58,7 @@ web-serve: web-migrate web-static
 			&& { $(call login_box); break; }; sleep 0.5; \
 	done; \
 	[ -n "$$stop" ] || wait -n $$cpu $$ops $$web $$search; status=$$?; trap '' INT TERM; \
+	[ -z "$$stop" ] || echo "INSPO stopping ($$stop): the web server, the retrieval service and both workers finish first"; \
 	if [ "$$stop" != INT ]; then kill -TERM $$cpu $$ops $$web $$search 2>/dev/null; fi; \
 	wait $$cpu $$ops $$web $$search; \
 	if [ -n "$$stop" ]; then echo "INSPO stopped ($$stop)"; else exit $$status; fi

@@ -164,6 +164,14 @@ def assert_all_gone(tree: list[psutil.Process], served: Served) -> None:
     assert not left, f"still running {STOP_TIMEOUT_S} s after the stop: {left}\n{served.text()[-3000:]}"
 
 
+def wait_stopped(served: Served) -> None:
+    """Until make has exited and the terminal has shown its last line (read after make exited)."""
+    served.make.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while "INSPO stopped" not in served.text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
 def assert_short_log(served: Served, *, warm_shutdowns: int = 2) -> None:
     text = served.text()
     lines = text.splitlines()
@@ -180,20 +188,24 @@ def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served, 
     assert control.is_socket() and f"Control socket listening at {control}\n" in served.text(), served.text()[-3000:]
     served.make.send_signal(signal.SIGTERM)
     assert_all_gone(tree, served)
+    wait_stopped(served)
     assert_short_log(served)
+    assert "INSPO stopping (TERM): " in served.text() and served.text().rstrip().endswith("INSPO stopped (TERM)")
 
 
 def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
     tree = served.wait_up()
     served.type_ctrl_c()
     assert_all_gone(tree, served)
-    served.make.wait(timeout=10)
-    deadline = time.monotonic() + 10  # the terminal's last bytes, read after make exited
-    while "INSPO stopped" not in served.text() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_stopped(served)
     assert_short_log(served, warm_shutdowns=4)  # Celery may log a Ctrl-C's warm shutdown twice per worker
     lines = [line for line in served.text().splitlines() if line.strip() and line.strip() != "^C"]
     assert lines[-1] == "INSPO stopped (INT)", served.text()[-3000:]  # after the rest, on the user's terminal
+    # Announced at once: the workers finish seconds after the web server's last line, which read as the end
+    stopping = "INSPO stopping (INT): the web server, the retrieval service and both workers finish first"
+    assert lines.count(stopping) == 1, served.text()[-3000:]
+    master = next(n for n, line in enumerate(lines) if "Shutting down: Master" in line)
+    assert lines.index(stopping) < master, served.text()[-3000:]
 
 
 def test_the_address_and_the_demo_login_come_last_in_a_box(served: Served, embedded_env: dict[str, str]) -> None:
