@@ -39,14 +39,18 @@ web-demo-user: web-migrate
 # shared by every instance of the machine's user).
 # Ctrl-C or a SIGTERM to make stops all four, each once: SIGTERM is passed on to each of them; a Ctrl-C reached
 # each of them already (the terminal signals the whole process group), so it is not repeated. If one of them exits
-# on its own, the others are stopped too. The stop is announced as soon as it is asked for ("INSPO stopping"), since
-# the workers take seconds to finish after the web server's last line, and its end last ("INSPO stopped").
+# on its own, the others are stopped too. A shell that starts with SIGINT ignored (what a script's `make run &`, nohup
+# or a supervisor may hand it) cannot trap it, so the recipe first runs itself again with SIGINT and SIGTERM handled
+# by default: its Ctrl-C (a SIGINT to the process group) is then the same stop. The stop is announced as soon as it
+# is asked for ("INSPO stopping"), since the workers take seconds to finish after the web server's last line, and
+# its end last ("INSPO stopped").
 web-serve: SHELL := /bin/bash
 # Its runs search through the retrieval service it starts (an operator's own INSPO_RETRIEVAL_URL is kept).
 web-serve: export INSPO_RETRIEVAL_PORT := $(RETRIEVAL_PORT)
 web-serve: export INSPO_RETRIEVAL_URL ?= http://127.0.0.1:$(RETRIEVAL_PORT)
 web-serve: web-migrate web-static
-	@stop=; trap 'stop=TERM' TERM; trap 'stop=INT' INT; \
+	@[ "$$(trap -p INT)" != "trap -- '' SIGINT" ] || exec env --default-signal=INT,TERM /bin/bash -c "$$BASH_EXECUTION_STRING"; \
+	stop=; trap 'stop=TERM' TERM; trap 'stop=INT' INT; \
 	$(PY) manage.py retrieval_service & search=$$!; \
 	$(CELERY) worker -Q cpu -c 1 --max-tasks-per-child 1 -n cpu@%h -l INFO & cpu=$$!; \
 	$(CELERY) worker -Q ops -c 1 -B -n ops@%h -l WARNING & ops=$$!; \

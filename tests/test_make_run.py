@@ -125,8 +125,11 @@ def copy_terminal(master: int, log: Path) -> None:
             out.write(data.replace(b"\r\n", b"\n"))
 
 
-@pytest.fixture
-def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+@pytest.fixture(params=["default"])
+def served(request: pytest.FixtureRequest, embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
+    """`make web-serve` started as a terminal's shell starts a job (SIGINT handled by default), or, parametrized
+    `ignored`, as a script's `make run &` or nohup starts it: with SIGINT ignored."""
+    sigint = signal.SIG_IGN if request.param == "ignored" else signal.SIG_DFL
     port, retrieval_port = free_port(), free_port()
     log = tmp_path / "make-run.log"
     log.touch()
@@ -137,6 +140,7 @@ def served(embedded_env: dict[str, str], tmp_path: Path) -> Iterator[Served]:
     def own_terminal() -> None:  # a session of its own, with the pseudo-terminal as its controlling terminal
         os.setsid()
         fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+        signal.signal(signal.SIGINT, sigint)
 
     make = subprocess.Popen(
         command, cwd=REPO, env=embedded_env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=own_terminal
@@ -193,6 +197,7 @@ def test_a_sigterm_to_make_stops_gunicorn_and_both_workers_once(served: Served, 
     assert "INSPO stopping (TERM): " in served.text() and served.text().rstrip().endswith("INSPO stopped (TERM)")
 
 
+@pytest.mark.parametrize("served", ["default", "ignored"], indirect=True)
 def test_ctrl_c_stops_gunicorn_and_both_workers_once(served: Served) -> None:
     tree = served.wait_up()
     served.type_ctrl_c()
