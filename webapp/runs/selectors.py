@@ -75,6 +75,14 @@ BENCHMARK_METRICS = ("em", "f1")
 """The metrics stored per benchmark: training evaluations store em, requested evaluations em and f1."""
 
 
+def team_runs(*, user: AnyUser) -> QuerySet[Run]:
+    """Every run of the user's teams, rows alone and unordered: the one rule of who sees a run, which every read of
+    runs starts from (none for an anonymous user)."""
+    if not user.is_authenticated:
+        return Run.objects.none()
+    return Run.objects.filter(team__memberships__user=user).order_by()
+
+
 def run_list(
     *,
     user: AnyUser,
@@ -87,9 +95,7 @@ def run_list(
 ) -> QuerySet[Run]:
     """Runs of the user's teams, newest first unless `ordering` (one of RUN_ORDERINGS) says otherwise; filters by
     status, tag, creator's username, team slug and preset."""
-    if not user.is_authenticated:
-        return Run.objects.none()
-    runs = Run.objects.filter(team__memberships__user=user)
+    runs = team_runs(user=user)
     if status:
         runs = runs.filter(status=status)
     if tag:
@@ -112,12 +118,8 @@ def run_get(*, user: AnyUser, run_id: UUID | str, related: bool = True) -> Run:
     """One run of the user's teams; 404 for runs of other teams, as for runs that do not exist. With `related`
     False, its row alone, without its team, creator, best instruction and tags: what a read of the run's series
     needs, in one lighter query instead of two (building the query is most of what a cached read costs)."""
-    if related:
-        run = run_list(user=user).filter(pk=run_id).first()
-    elif user.is_authenticated:
-        run = Run.objects.filter(pk=run_id, team__memberships__user=user).order_by().first()
-    else:
-        run = None
+    runs = run_list(user=user) if related else team_runs(user=user)
+    run = runs.filter(pk=run_id).first()
     if run is None:
         raise Http404("no such run")
     return run
@@ -565,10 +567,7 @@ def runs_get(*, user: AnyUser, run_ids: list[UUID]) -> list[Run]:
     """Several runs of the user's teams in the order asked, with their tags (what a comparison reads: not their
     team, creator or best instruction, which would only widen the query); 404 if any is missing or another team's."""
     wanted = list(dict.fromkeys(run_ids))
-    if not user.is_authenticated:
-        raise Http404("no such run")
-    runs = Run.objects.filter(pk__in=wanted, team__memberships__user=user).prefetch_related("tags").order_by()
-    found = {run.pk: run for run in runs}
+    found = {run.pk: run for run in team_runs(user=user).filter(pk__in=wanted).prefetch_related("tags")}
     if len(found) != len(wanted):
         raise Http404("no such run")
     return [found[pk] for pk in wanted]
